@@ -1,0 +1,12 @@
+"""pflax: pure-functional JAX personalized federated learning.
+
+    import pflax
+    state = pflax.fedpac.init(key, model, sample_x, num_clients=20)
+    state, metrics = pflax.fedpac.round(state, batch)
+"""
+from . import core, data, metrics, models
+from .algorithms import fedpac
+from .core.execution import Execution
+
+__version__ = "0.1.0"
+__all__ = ["core", "data", "metrics", "models", "fedpac", "Execution"]

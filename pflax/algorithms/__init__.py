@@ -1,0 +1,1 @@
+"""One module per algorithm, each with ``init``, ``round`` and ``evaluate``."""

@@ -1,0 +1,63 @@
+"""Pieces every algorithm's ``init``/``round`` shares: per-client copies, sampling, NaN guard, checks."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..data.clients import ClientData, validate
+from ..data.sources import DataError
+
+Array = jax.Array
+PyTree = Any
+
+
+def init_heads(head: PyTree, num_clients: int) -> PyTree:
+    """``num_clients`` identical copies of ``head`` on a leading client axis."""
+    return jax.tree.map(lambda a: jnp.broadcast_to(a, (num_clients,) + a.shape), head)
+
+
+def stack_heads_at(all_heads: PyTree, client_ids: Array, new: PyTree) -> PyTree:
+    """Write participants' new per-client parameters into the full client-axis tree."""
+    return jax.tree.map(lambda full, part: full.at[client_ids].set(part), all_heads, new)
+
+
+def num_sampled(num_clients: int, fraction: float) -> int:
+    """``max(floor(fraction * N), 1)``, the official rule."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"participation fraction must be in (0, 1], got {fraction}")
+    return max(int(np.floor(fraction * num_clients)), 1)
+
+
+def sample_clients(state, fraction: float = 1.0) -> Array:
+    """Sorted ids of this round's participants, drawn without replacement from the state's own
+    sampling stream (``fold_in(sampling_key, round)``), so sampling never consumes model randomness."""
+    n = jax.tree.leaves(state.heads)[0].shape[0]
+    m = num_sampled(n, fraction)
+    if m == n:
+        return jnp.arange(n, dtype=jnp.int32)
+    key = jax.random.fold_in(state.sampling_key, state.round)
+    return jnp.sort(jax.random.permutation(key, n)[:m]).astype(jnp.int32)
+
+
+def all_finite(tree: PyTree) -> Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def guard_finite(old_state, new_state) -> tuple[Any, Array]:
+    """Keep ``old_state`` if anything in ``new_state`` is NaN/Inf: NaN never enters the state."""
+    ok = all_finite(new_state)
+    return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_state, old_state), ok
+
+
+def check_batch(num_clients: int, num_classes: int, data: ClientData, what: str) -> None:
+    """Eager, readable validation of a round's batch against the federation."""
+    validate(data, num_classes, what=what)
+    ids = np.asarray(data.client_ids)
+    if ids.size == 0:
+        raise DataError(f"{what}: no clients in the batch (zero clients sampled)")
+    if ids.min() < 0 or ids.max() >= num_clients:
+        raise DataError(f"{what}: client ids must lie in [0, {num_clients}), found [{ids.min()}, {ids.max()}]")

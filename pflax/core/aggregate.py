@@ -1,0 +1,51 @@
+"""Server-side aggregation over a participant axis (axis 0), honouring weights and validity."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+PyTree = Any
+
+
+def normalized_weights(weights: Array) -> Array:
+    """``w / sum(w)``; all-zero weights give all-zero output rather than NaN."""
+    weights = weights.astype(jnp.float32)
+    total = weights.sum()
+    return jnp.where(total > 0, weights / jnp.where(total > 0, total, 1.0), 0.0)
+
+
+def weighted_mean(stacked: PyTree, weights: Array, fallback: PyTree | None = None) -> PyTree:
+    """``sum_i w_i x_i / sum_i w_i`` over the leading axis of every leaf.
+
+    If every weight is zero the result is ``fallback`` (for example the previous global model) when
+    given, else zeros.
+    """
+    w = normalized_weights(weights)
+    mean = jax.tree.map(lambda x: jnp.tensordot(w, x, axes=(0, 0)).astype(x.dtype), stacked)
+    if fallback is None:
+        return mean
+    any_weight = w.sum() > 0
+    return jax.tree.map(lambda m, f: jnp.where(any_weight, m, f), mean, fallback)
+
+
+def mix(stacked: PyTree, mixing: Array) -> PyTree:
+    """Row-stochastic mixing: output ``i`` is ``sum_j mixing[i, j] * x_j`` (e.g. FedPAC heads)."""
+    return jax.tree.map(lambda x: jnp.tensordot(mixing.astype(x.dtype), x, axes=(1, 0)), stacked)
+
+
+def aggregate_centroids(
+    local_means: Array, counts: Array, previous: Array, previous_valid: Array
+) -> tuple[Array, Array]:
+    """Class-count-weighted global centroids (FedPAC eq. (19)).
+
+    ``local_means [m, K, d]``, ``counts [m, K]``. ``C[y] = sum_i n_{i,y} c_{i,y} / sum_i n_{i,y}`` over
+    participants holding ``y``. A class held by no participant keeps its previous centroid and
+    validity (the official code crashes there; spec F.1.7).
+    """
+    total = counts.sum(0)
+    fresh = jnp.einsum("mk,mkd->kd", counts, local_means) / jnp.where(total > 0, total, 1.0)[:, None]
+    has = total > 0
+    return jnp.where(has[:, None], fresh, previous), has | previous_valid

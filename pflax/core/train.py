@@ -1,0 +1,115 @@
+"""Local training: masked minibatch SGD over a client's padded data, one pure function.
+
+A client's data is a dict of per-sample arrays with a leading sample axis of length ``n_max`` and a
+``mask`` marking the ``n_i <= n_max`` real samples. One epoch is a fresh random order of the real
+samples cut into ``ceil(n_max / batch_size)`` minibatches: as PyTorch's ``DataLoader(shuffle=True,
+drop_last=False)``, the last real minibatch may be partial, and its loss is the mean over its real
+samples only. Minibatches with no real sample (a client smaller than ``n_max``) are exact no-ops:
+parameters and optimiser state are left untouched.
+
+The optimiser state is created inside :func:`local_train`, so each call is a *fresh* optimiser, which
+is what the official FedPAC code does for every phase of every round.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from .losses import masked_mean
+
+Array = jax.Array
+PyTree = Any
+# loss_fn(params, minibatch: dict of arrays [B, ...], weights: [B] 0/1) -> scalar (already a masked mean)
+LossFn = Callable[[PyTree, dict, Array], Array]
+
+
+def steps_per_epoch(n_max: int, batch_size: int) -> int:
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    return -(-n_max // batch_size)
+
+
+def epoch_order(key: Array, mask: Array, epochs: int, batch_size: int) -> tuple[Array, Array]:
+    """Minibatch index plan for ``epochs`` epochs: ``(indices, valid)``, both ``[epochs * S, batch_size]``.
+
+    Real samples come first in a fresh uniform random order each epoch; padding slots are marked
+    invalid. ``S = ceil(n_max / batch_size)``.
+    """
+    n_max = mask.shape[0]
+    per_epoch = steps_per_epoch(n_max, batch_size)
+    slots = per_epoch * batch_size
+
+    def one_epoch(k):
+        # Real samples get a random key in [0, 1), padding sorts after them.
+        priority = jnp.where(mask, jax.random.uniform(k, (n_max,)), 2.0)
+        order = jnp.argsort(priority)
+        order = jnp.concatenate([order, jnp.zeros((slots - n_max,), order.dtype)])
+        valid = jnp.concatenate([mask[order[:n_max]], jnp.zeros((slots - n_max,), bool)])
+        return order.reshape(per_epoch, batch_size), valid.reshape(per_epoch, batch_size)
+
+    idx, valid = jax.vmap(one_epoch)(jax.random.split(key, epochs))
+    return idx.reshape(-1, batch_size), valid.reshape(-1, batch_size)
+
+
+def sgd_steps(
+    params: PyTree,
+    loss_fn: LossFn,
+    data: dict,
+    indices: Array,
+    valid: Array,
+    optimizer: optax.GradientTransformation,
+) -> tuple[PyTree, Array]:
+    """Run one optimiser step per row of ``indices``; returns new params and the mean minibatch loss."""
+    opt_state = optimizer.init(params)
+    grad_fn = jax.value_and_grad(loss_fn)
+
+    def step(carry, plan):
+        p, s = carry
+        idx, w = plan
+        batch = jax.tree.map(lambda a: a[idx], data)
+        loss, grads = grad_fn(p, batch, w.astype(jnp.float32))
+        updates, s_new = optimizer.update(grads, s, p)
+        p_new = optax.apply_updates(p, updates)
+        has_data = jnp.any(w)
+        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(has_data, a, b), new, old)
+        return (keep(p_new, p), keep(s_new, s)), (loss, has_data)
+
+    (params, _), (losses, active) = jax.lax.scan(step, (params, opt_state), (indices, valid))
+    return params, masked_mean(losses, active)
+
+
+def local_train(
+    params: PyTree,
+    loss_fn: LossFn,
+    data: dict,
+    mask: Array,
+    key: Array,
+    *,
+    epochs: int,
+    batch_size: int,
+    optimizer: optax.GradientTransformation,
+) -> tuple[PyTree, Array]:
+    """``epochs`` epochs of minibatch training of ``params`` on one client's masked data.
+
+    Returns ``(params, mean_loss)``. With ``epochs == 0`` the parameters come back unchanged.
+    """
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    if epochs == 0:
+        return params, jnp.zeros((), jnp.float32)
+    indices, valid = epoch_order(key, mask, epochs, batch_size)
+    return sgd_steps(params, loss_fn, data, indices, valid, optimizer)
+
+
+def batched_apply(fn: Callable[[Array], Array], x: Array, chunk: int = 200) -> Array:
+    """``fn`` over the leading axis of ``x`` in chunks (bounded memory for feature extraction)."""
+    n = x.shape[0]
+    if n <= chunk:
+        return fn(x)
+    pad = (-n) % chunk
+    xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else x
+    out = jax.lax.map(fn, xp.reshape((-1, chunk) + x.shape[1:]))
+    return out.reshape((-1,) + out.shape[2:])[:n]

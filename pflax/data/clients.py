@@ -1,0 +1,94 @@
+"""Client data as padded arrays with masks, client axis first."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from .sources import DataError
+
+Array = jax.Array
+
+
+@struct.dataclass
+class ClientData:
+    """``x [m, n_max, ...]``, ``y [m, n_max]``, ``mask [m, n_max]`` (True on real samples) and
+    ``client_ids [m]`` (which of the federation's clients these rows are)."""
+
+    x: Array
+    y: Array
+    mask: Array
+    client_ids: Array
+
+    @property
+    def num_clients(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def n_max(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def sizes(self) -> Array:
+        return self.mask.sum(axis=1)
+
+    def take(self, ids) -> "ClientData":
+        """Rows for the given client ids (positions in this array, which for a full federation are the ids)."""
+        ids = jnp.asarray(ids, jnp.int32)
+        return ClientData(self.x[ids], self.y[ids], self.mask[ids], self.client_ids[ids])
+
+
+def from_partition(x: np.ndarray, y: np.ndarray, clients: Sequence[np.ndarray], n_max: int | None = None) -> ClientData:
+    """Gather a partition (list of index arrays) into padded arrays. Padding repeats nothing: padded
+    slots hold zeros and ``mask = False``."""
+    x, y = np.asarray(x), np.asarray(y)
+    sizes = [len(c) for c in clients]
+    if not sizes:
+        raise DataError("a federation needs at least one client")
+    n_max = max(max(sizes), 1) if n_max is None else n_max
+    if max(sizes) > n_max:
+        raise DataError(f"n_max={n_max} is smaller than the largest client ({max(sizes)} samples)")
+    m = len(clients)
+    xs = np.zeros((m, n_max) + x.shape[1:], x.dtype)
+    ys = np.zeros((m, n_max), np.int32)
+    mask = np.zeros((m, n_max), bool)
+    for i, idx in enumerate(clients):
+        n = len(idx)
+        xs[i, :n] = x[idx]
+        ys[i, :n] = y[idx]
+        mask[i, :n] = True
+    return ClientData(jnp.asarray(xs), jnp.asarray(ys), jnp.asarray(mask), jnp.arange(m, dtype=jnp.int32))
+
+
+def validate(data: ClientData, num_classes: int, sample_shape: tuple | None = None, what: str = "data") -> None:
+    """Eager checks with messages that name the problem. Call outside jit (it reads values)."""
+    if data.x.ndim < 2 or data.y.ndim != 2 or data.mask.ndim != 2:
+        raise DataError(
+            f"{what}: expected x [clients, n_max, ...], y and mask [clients, n_max]; "
+            f"got x {tuple(data.x.shape)}, y {tuple(data.y.shape)}, mask {tuple(data.mask.shape)}"
+        )
+    if data.x.shape[:2] != data.y.shape or data.y.shape != data.mask.shape:
+        raise DataError(
+            f"{what}: x {tuple(data.x.shape)}, y {tuple(data.y.shape)} and mask {tuple(data.mask.shape)} disagree on [clients, n_max]"
+        )
+    if data.client_ids.shape != (data.x.shape[0],):
+        raise DataError(f"{what}: client_ids must have shape ({data.x.shape[0]},), got {tuple(data.client_ids.shape)}")
+    if sample_shape is not None and tuple(data.x.shape[2:]) != tuple(sample_shape):
+        raise DataError(f"{what}: samples have shape {tuple(data.x.shape[2:])}, the model expects {tuple(sample_shape)}")
+    if not jnp.issubdtype(data.x.dtype, jnp.floating):
+        raise DataError(f"{what}: x must be floating point (normalised images), got {data.x.dtype}")
+    if not jnp.issubdtype(data.y.dtype, jnp.integer):
+        raise DataError(f"{what}: y must hold integer class labels, got {data.y.dtype}")
+    y = np.asarray(data.y)
+    mask = np.asarray(data.mask).astype(bool)
+    real = y[mask]
+    if real.size and (real.min() < 0 or real.max() >= num_classes):
+        raise DataError(f"{what}: labels must lie in [0, {num_classes}), found [{real.min()}, {real.max()}]")
+    if not np.all(np.isfinite(np.asarray(data.x)[mask])):
+        raise DataError(f"{what}: x contains NaN or Inf")
+    ids = np.asarray(data.client_ids)
+    if len(np.unique(ids)) != len(ids):
+        raise DataError(f"{what}: duplicate client ids {sorted(set(ids[np.unique(ids, return_counts=True)[1] > 1]))}")

@@ -1,0 +1,235 @@
+"""Models used by the papers, split into a feature extractor ("body") and a linear head.
+
+Every model is a :class:`SplitModel`: two flax modules whose parameters live side by side as
+``{"body": ..., "head": ...}``. That split is the one FedPAC, FedPer, FedRep, LG-FedAvg, FedBABU
+and friends reason about, so it is part of the model, not something each algorithm re-derives.
+
+Initialisation replicates PyTorch's defaults (``kaiming_uniform(a=sqrt(5))`` weights and fan-in
+uniform biases, i.e. both ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``) so early training curves match the
+official PyTorch code.
+
+Convolutions default to an im2col + matmul formulation on CPU. It gives the same numbers as
+``lax.conv_general_dilated`` (to float round-off) but, unlike it, stays fast inside ``lax.scan``
+and under ``vmap`` on XLA:CPU (see ``benchmarks/execution_strategies.py`` and
+``../shared/reference/cpu-performance.md``). On GPU/TPU the native convolution is used.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+PyTree = Any
+
+__all__ = [
+    "SplitModel",
+    "TorchDense",
+    "TorchConv",
+    "fedpac_cnn",
+    "fedpac_fmnist_cnn",
+    "fedpac_cifar_cnn",
+    "mlp",
+    "leaky_relu",
+    "max_pool2",
+]
+
+
+def leaky_relu(x: Array) -> Array:
+    """LeakyReLU with PyTorch's default slope 0.01."""
+    return jnp.where(x > 0, x, 0.01 * x)
+
+
+def max_pool2(x: Array) -> Array:
+    """2x2 max-pool, stride 2, NHWC, floor semantics (odd rows/cols dropped) as in PyTorch.
+
+    Written as reshape + max because flax's ``max_pool`` differentiates through
+    select-and-scatter, which is slow on XLA:CPU.
+    """
+    n, h, w, c = x.shape
+    h2, w2 = h // 2, w // 2
+    x = x[:, : 2 * h2, : 2 * w2, :].reshape(n, h2, 2, w2, 2, c)
+    return x.max(axis=(2, 4))
+
+
+def _torch_uniform(fan_in: int) -> Callable:
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+class TorchDense(nn.Module):
+    """``nn.Linear`` with PyTorch's default initialisation. Kernel layout is ``[in, out]``."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        fan_in = x.shape[-1]
+        kernel = self.param("kernel", _torch_uniform(fan_in), (fan_in, self.features))
+        bias = self.param("bias", _torch_uniform(fan_in), (self.features,))
+        return x @ kernel + bias
+
+
+def conv_as_matmul(x: Array, kernel: Array, padding: int) -> Array:
+    """Stride-1 'valid' convolution (after symmetric zero padding) written as im2col + one matmul.
+
+    ``x``: NHWC, ``kernel``: HWIO. The patches are gathered with static slices, whose transposes
+    are pads, so the backward pass is also plain matmuls and adds.
+    """
+    kh, kw, cin, cout = kernel.shape
+    if padding:
+        x = jnp.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    n, h, w, _ = x.shape
+    oh, ow = h - kh + 1, w - kw + 1
+    patches = jnp.stack([x[:, i : i + oh, j : j + ow, :] for i in range(kh) for j in range(kw)], axis=3)
+    patches = patches.reshape(n, oh, ow, kh * kw * cin)
+    return patches @ kernel.reshape(kh * kw * cin, cout)
+
+
+def conv_native(x: Array, kernel: Array, padding: int) -> Array:
+    return jax.lax.conv_general_dilated(
+        x, kernel, (1, 1), [(padding, padding), (padding, padding)], dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
+
+
+def default_conv_impl() -> str:
+    return "matmul" if jax.default_backend() == "cpu" else "native"
+
+
+class TorchConv(nn.Module):
+    """``nn.Conv2d`` (stride 1, symmetric zero padding) with PyTorch's default initialisation. NHWC."""
+
+    features: int
+    kernel_size: int
+    padding: int = 0
+    impl: str = "auto"  # "auto" | "matmul" | "native"
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cin = x.shape[-1]
+        fan_in = cin * self.kernel_size * self.kernel_size
+        kernel = self.param(
+            "kernel", _torch_uniform(fan_in), (self.kernel_size, self.kernel_size, cin, self.features)
+        )
+        bias = self.param("bias", _torch_uniform(fan_in), (self.features,))
+        impl = default_conv_impl() if self.impl == "auto" else self.impl
+        if impl == "matmul":
+            y = conv_as_matmul(x, kernel, self.padding)
+        elif impl == "native":
+            y = conv_native(x, kernel, self.padding)
+        else:
+            raise ValueError(f"unknown conv impl {impl!r}; expected 'auto', 'matmul' or 'native'")
+        return y + bias
+
+
+class FedPACConvBody(nn.Module):
+    """Feature extractor of the FedPAC CNNs (official ``models/cnn.py``), NHWC input.
+
+    FMNIST/EMNIST (``conv_channels=(16, 32)``, 28x28x1): conv5 -> LReLU -> pool -> conv5 pad 1 -> LReLU
+    -> pool -> flatten 800 -> FC 128 -> LReLU. CIFAR (``(16, 32, 64)``, 32x32x3) adds a conv3 pad 1
+    block, giving flatten 576. The output (d = 128) is the feature FedPAC aligns.
+    """
+
+    conv_channels: Sequence[int] = (16, 32)
+    feature_dim: int = 128
+    conv_impl: str = "auto"
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        specs = [(5, 0), (5, 1), (3, 1)]
+        for channels, (k, pad) in zip(self.conv_channels, specs):
+            x = max_pool2(leaky_relu(TorchConv(channels, k, pad, self.conv_impl)(x)))
+        x = x.reshape(x.shape[0], -1)
+        return leaky_relu(TorchDense(self.feature_dim)(x))
+
+
+class MLPBody(nn.Module):
+    hidden: Sequence[int] = (200, 200)
+    activation: str = "relu"
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        act = {"relu": jax.nn.relu, "leaky_relu": leaky_relu}[self.activation]
+        x = x.reshape(x.shape[0], -1)
+        for width in self.hidden:
+            x = act(TorchDense(width)(x))
+        return x
+
+
+class LinearHead(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, z: Array) -> Array:
+        return TorchDense(self.num_classes)(z)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitModel:
+    """A body (feature extractor) and a linear head. Hashable, so it can be a static field.
+
+    ``params`` are always ``{"body": body_params, "head": head_params}``.
+    """
+
+    body: nn.Module
+    head: nn.Module
+    num_classes: int
+    feature_dim: int
+    name: str = "model"
+
+    def init(self, key: Array, sample_x: Array) -> PyTree:
+        k_body, k_head = jax.random.split(key)
+        body = self.body.init(k_body, sample_x)["params"]
+        z = self.body.apply({"params": body}, sample_x)
+        head = self.head.init(k_head, z)["params"]
+        return {"body": body, "head": head}
+
+    def features(self, body_params: PyTree, x: Array) -> Array:
+        return self.body.apply({"params": body_params}, x)
+
+    def logits_from_features(self, head_params: PyTree, z: Array) -> Array:
+        return self.head.apply({"params": head_params}, z)
+
+    def apply(self, params: PyTree, x: Array) -> Array:
+        return self.logits_from_features(params["head"], self.features(params["body"], x))
+
+
+def fedpac_cnn(dataset: str = "fmnist", num_classes: int | None = None, conv_impl: str = "auto") -> SplitModel:
+    """The FedPAC CNN for ``dataset`` in {"fmnist", "mnist", "emnist", "cifar10", "cinic10"}."""
+    dataset = dataset.lower().replace("-", "_")
+    if dataset in ("fmnist", "fashion_mnist", "mnist", "emnist", "synthetic"):
+        channels = (16, 32)
+        default_k = 62 if dataset == "emnist" else 10
+        name = "fedpac_fmnist_cnn"
+    elif dataset in ("cifar", "cifar10", "cinic", "cinic10"):
+        channels = (16, 32, 64)
+        default_k = 10
+        name = "fedpac_cifar_cnn"
+    else:
+        raise ValueError(f"no FedPAC CNN for dataset {dataset!r}")
+    k = default_k if num_classes is None else num_classes
+    return SplitModel(FedPACConvBody(channels, 128, conv_impl), LinearHead(k), k, 128, name)
+
+
+def fedpac_fmnist_cnn(num_classes: int = 10, conv_impl: str = "auto") -> SplitModel:
+    return fedpac_cnn("fmnist", num_classes, conv_impl)
+
+
+def fedpac_cifar_cnn(num_classes: int = 10, conv_impl: str = "auto") -> SplitModel:
+    return fedpac_cnn("cifar10", num_classes, conv_impl)
+
+
+def mlp(num_classes: int = 10, hidden: Sequence[int] = (200, 200), activation: str = "relu") -> SplitModel:
+    """FedCollab's "2NN" by default: flatten -> 200 -> ReLU -> 200 -> ReLU -> K."""
+    hidden = tuple(hidden)
+    if not hidden:
+        raise ValueError("mlp needs at least one hidden layer (the feature layer)")
+    return SplitModel(MLPBody(hidden, activation), LinearHead(num_classes), num_classes, hidden[-1], "mlp")
