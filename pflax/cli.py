@@ -7,12 +7,22 @@ Writes ``results.json`` (configuration, per-round metrics, final per-client accu
 ``rounds.csv``, ``accuracy.png`` and ``weights.png`` (final combination weights, clients ordered by
 group as in the FedPAC paper's figures) into ``--out``. Files are written atomically (temp + rename),
 so an interrupted run never leaves a half-written results file.
+
+Checkpoints: every ``--checkpoint-every`` rounds and at the end, the whole algorithm state (with its
+PRNG keys and round counter) and the results history so far are saved to ``<out>/checkpoints/``
+(orbax; see :mod:`pflax.checkpoint`). ``--resume`` continues from the latest one; the resumed run is
+bit-identical to an uninterrupted one (client sampling and local shuffling are pure functions of the
+state's keys and round counter, so nothing else needs saving). Resuming with settings that change
+the computation (any hyper-parameter, the data, the seed, the model) is refused with the differing
+fields named; ``--rounds``, ``--eval-every``, ``--checkpoint-every``, ``--execution`` and output
+options may change. A fresh run (no ``--resume``) into an ``--out`` that holds checkpoints replaces them.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import dataclasses
+import shutil
 import io
 import json
 import os
@@ -24,6 +34,11 @@ from pathlib import Path
 import numpy as np
 
 ALGORITHMS = ("fedpac",)
+# Arguments that do not change what is computed: they may differ between a run and its resumption.
+NOT_FINGERPRINTED = (
+    "command", "rounds", "eval_every", "checkpoint_every", "resume", "out", "quiet", "no_plots", "execution", "data_dir",
+)
+MAX_CHECKPOINTS_KEPT = 3
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -37,6 +52,14 @@ def _atomic_write(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _remove_stale_temp_files(out: Path) -> None:
+    """Drop temp files that a process killed inside :func:`_atomic_write` left behind."""
+    if out.is_dir():
+        for leftover in out.glob(".*.*"):
+            if leftover.is_file() and leftover.name.split(".")[1] in ("results", "rounds", "accuracy", "weights"):
+                leftover.unlink()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--test-per-client", type=int, default=None, help="default 600 (200 for synthetic)")
     run.add_argument("--no-wrap", action="store_true", help="partition without re-using samples (official code wraps around)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--model", default="cnn", choices=("cnn", "mlp"),
+                     help="the FedPAC CNN (default) or a 2-hidden-layer MLP (fast; for tests and smoke runs)")
     run.add_argument("--batch-size", type=int, default=50)
     run.add_argument("--body-lr", type=float, default=0.01)
     run.add_argument("--head-lr", type=float, default=0.1)
@@ -68,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--execution", default="auto", choices=("auto", "vmap", "map", "chunked", "sharded"))
     run.add_argument("--eval-every", type=int, default=10, help="evaluate every client's personalized model every k rounds (and at the end)")
     run.add_argument("--out", default=None, help="output folder (default runs/<algorithm>-<dataset>)")
+    run.add_argument("--checkpoint-every", type=int, default=10,
+                     help="save a checkpoint to <out>/checkpoints every k rounds (0: only at the end); always at the end")
+    run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     run.add_argument("--no-plots", action="store_true")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -88,6 +116,8 @@ def _defaults(args: argparse.Namespace) -> argparse.Namespace:
     for name in ("clients", "rounds", "train_per_client", "test_per_client", "batch_size", "eval_every"):
         if getattr(args, name) < 1:
             raise SystemExit(f"pflax: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.checkpoint_every < 0:
+        raise SystemExit(f"pflax: --checkpoint-every must be >= 0 (0: only at the end), got {args.checkpoint_every}")
     if not 0.0 < args.fraction <= 1.0:
         raise SystemExit(f"pflax: --fraction must be in (0, 1], got {args.fraction}")
     if not 0.0 <= args.s <= 1.0:
@@ -146,12 +176,12 @@ def run_fedpac(args: argparse.Namespace) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from . import fedpac
+    from . import checkpoint, fedpac
     from .core.execution import Execution
     from .data import DataError, federate_fedpac, load_dataset
     from .data.partition import dominant_groups
     from .metrics import summarize
-    from .models import fedpac_cnn
+    from .models import fedpac_cnn, mlp
 
     t_start = time.time()
     try:
@@ -164,22 +194,60 @@ def run_fedpac(args: argparse.Namespace) -> dict:
         )
     except (DataError, ValueError) as err:
         raise SystemExit(f"pflax: cannot partition {dataset.name}: {err}") from err
-    model = fedpac_cnn("cifar10" if dataset.x_train.shape[-1] == 3 else "fmnist", dataset.num_classes)
-    config = fedpac.Config(
-        body_lr=args.body_lr, head_lr=args.head_lr, momentum=args.momentum, weight_decay=args.weight_decay,
-        batch_size=args.batch_size, head_epochs=args.head_epochs, body_epochs=args.body_epochs, lam=args.lam,
-        feature_alignment=not args.no_fa, classifier_collaboration=not args.no_cc, qp_mode=args.qp_mode,
-        execution=Execution(args.execution),
-    )
+    if args.model == "mlp":
+        model = mlp(dataset.num_classes)
+    else:
+        model = fedpac_cnn("cifar10" if dataset.x_train.shape[-1] == 3 else "fmnist", dataset.num_classes)
+    try:
+        config = fedpac.Config(
+            body_lr=args.body_lr, head_lr=args.head_lr, momentum=args.momentum, weight_decay=args.weight_decay,
+            batch_size=args.batch_size, head_epochs=args.head_epochs, body_epochs=args.body_epochs, lam=args.lam,
+            feature_alignment=not args.no_fa, classifier_collaboration=not args.no_cc, qp_mode=args.qp_mode,
+            execution=Execution(args.execution),
+        )
+    except ValueError as err:
+        raise SystemExit(f"pflax: {err}") from err
     state = fedpac.init(jax.random.PRNGKey(args.seed), model, train.x[0], args.clients, config)
-    fedpac.check_inputs(state, train, test)
+    try:
+        fedpac.check_inputs(state, train, test)
+    except DataError as err:
+        raise SystemExit(f"pflax: {err}") from err
 
     out = Path(args.out)
+    _remove_stale_temp_files(out)
+    checkpoints = out / "checkpoints"
+    run_fingerprint = {k: v for k, v in sorted(vars(args).items()) if k not in NOT_FINGERPRINTED}
     history: list[dict] = []
     personalized: list[dict] = []
     last_weights, last_ids = None, None
     round_times = []
+    resumed_at: list[int] = []
     summary_holder: dict = {}
+    start = 0
+    if args.resume:
+        try:
+            restored = checkpoint.restore(checkpoints, state, run=run_fingerprint)
+        except checkpoint.CheckpointError as err:
+            raise SystemExit(f"pflax: cannot resume: {err}") from err
+        if restored.step > args.rounds:
+            raise SystemExit(f"pflax: cannot resume: the checkpoint is at round {restored.step}, past --rounds {args.rounds}")
+        state, start, saved = restored.state, restored.step, restored.extra
+        history, personalized, round_times = saved["history"], saved["personalized_history"], saved["round_times"]
+        last_weights, last_ids = np.asarray(saved["last_weights"], np.float32), np.asarray(saved["last_ids"], np.int32)
+        resumed_at = saved["resumed_at"] + [start]
+    elif checkpoints.exists():
+        shutil.rmtree(checkpoints)  # a fresh run replaces an old run's checkpoints, as it replaces its results
+
+    def save_checkpoint() -> None:
+        extra = {
+            "history": history,
+            "personalized_history": personalized,
+            "round_times": round_times,
+            "last_weights": np.asarray(last_weights).tolist(),
+            "last_ids": np.asarray(last_ids).tolist(),
+            "resumed_at": resumed_at,
+        }
+        checkpoint.save(checkpoints, state, extra=extra, run=run_fingerprint, max_to_keep=MAX_CHECKPOINTS_KEPT)
 
     def write_results(done: bool) -> None:
         """(Re)write results.json, rounds.csv and plots; called at every evaluation, so a long run
@@ -199,6 +267,7 @@ def run_fedpac(args: argparse.Namespace) -> dict:
             "config": {k: (str(v) if k == "execution" else v) for k, v in dataclasses.asdict(config).items()},
             "jax": {"version": jax.__version__, "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]},
             "rounds_completed": len(history),
+            "resumed_at_rounds": resumed_at,
             "final_accuracy": summary,
             "final_per_client": final,
             "history": history,
@@ -233,8 +302,10 @@ def run_fedpac(args: argparse.Namespace) -> dict:
     if not args.quiet:
         from tqdm.auto import tqdm
 
-        progress = tqdm(total=args.rounds, desc=f"fedpac {dataset.name}", unit="round", file=sys.stderr)
-    for r in range(args.rounds):
+        progress = tqdm(total=args.rounds, initial=start, desc=f"fedpac {dataset.name}", unit="round", file=sys.stderr)
+    if start == args.rounds and history:  # resumed a finished run: just rewrite its files
+        write_results(done=True)
+    for r in range(start, args.rounds):
         t0 = time.time()
         ids = fedpac.sample_clients(state, args.fraction)
         state, metrics = fedpac.round(state, train.take(ids), test.take(ids))
@@ -260,6 +331,8 @@ def run_fedpac(args: argparse.Namespace) -> dict:
         last_weights, last_ids = metrics["combination_weights"], metrics["client_ids"]
         if "personalized_all_clients" in row:
             write_results(done=r + 1 == args.rounds)
+        if r + 1 == args.rounds or (args.checkpoint_every and (r + 1) % args.checkpoint_every == 0):
+            save_checkpoint()
         if progress is not None:
             progress.set_postfix(acc=f"{row['acc_before']:.2f}", after=f"{row['acc_after']:.2f}", s=f"{dt:.1f}")
             progress.update(1)

@@ -1,0 +1,276 @@
+"""Checkpoints of an algorithm's whole state with orbax-checkpoint, safe to resume from.
+
+    from pflax import checkpoint
+    checkpoint.save("runs/x/checkpoints", state, extra={"history": rows})
+    template = fedpac.init(key, model, sample_x, num_clients, config)   # same configuration
+    restored = checkpoint.restore("runs/x/checkpoints", template)        # latest step
+    state, step, extra = restored.state, restored.step, restored.extra
+
+What is saved, per step (``<directory>/<step>/``, the step being the state's round counter):
+
+* ``state``: every array of the state pytree (parameters, per-client heads, centroids, the round
+  counter and both PRNG keys; typed PRNG keys are stored as their raw key data);
+* ``meta`` (JSON): a fingerprint of everything that defines the run but is not an array (the
+  algorithm's ``Config``, the model, the names, shapes and dtypes of the state's arrays, and an
+  optional ``run`` dict such as the CLI's data settings), a SHA-256 checksum of every array, and the
+  caller's ``extra`` JSON (the CLI keeps its results history there, so it resumes with the state).
+
+The static fields (model, config) are not saved: :func:`restore` takes a freshly initialised
+``template`` state that supplies them, and refuses, naming the differing fields, when the checkpoint
+was written by a different configuration. The execution strategy (``Config.execution``) is left out
+of the fingerprint on purpose: it says how clients are mapped, not what is computed, so a run may be
+resumed on another machine with another strategy (results then agree to float round-off only, see
+``tests/test_determinism.py``).
+
+Orbax writes every step into a temporary directory and renames it when complete, so a process killed
+mid-save leaves no step that looks complete. A step whose files were truncated or altered afterwards
+is detected (orbax read error or checksum mismatch) and reported as a :class:`CheckpointError`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["CheckpointError", "Restored", "save", "restore", "latest_step", "all_steps", "fingerprint"]
+
+FORMAT_VERSION = 1
+# Config fields that describe how the computation is mapped onto devices, not what it computes.
+_NOT_FINGERPRINTED = ("execution",)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, truncated/corrupt, or was written by a different configuration."""
+
+
+class Restored(NamedTuple):
+    state: Any
+    step: int
+    extra: dict
+
+
+# --------------------------------------------------------------------------- state <-> arrays
+
+
+def _array_fields(state) -> list[str]:
+    return [f.name for f in dataclasses.fields(state) if f.metadata.get("pytree_node", True)]
+
+
+def _static_fields(state) -> list[str]:
+    return [f.name for f in dataclasses.fields(state) if not f.metadata.get("pytree_node", True)]
+
+
+def _is_typed_key(x) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _to_storable(state) -> dict:
+    """The state's array fields as a plain dict of host arrays (typed keys -> raw key data)."""
+    arrays = {name: getattr(state, name) for name in _array_fields(state)}
+    return jax.tree.map(lambda x: np.asarray(jax.random.key_data(x) if _is_typed_key(x) else x), arrays)
+
+
+def _from_storable(template, arrays: dict):
+    """Put restored arrays back into ``template`` (which supplies static fields and key types)."""
+    def back(t, a):
+        if _is_typed_key(t):
+            return jax.random.wrap_key_data(jnp.asarray(a), impl=jax.random.key_impl(t))
+        return jnp.asarray(a, dtype=t.dtype)
+
+    fields = {name: jax.tree.map(back, getattr(template, name), arrays[name]) for name in _array_fields(template)}
+    return template.replace(**fields)
+
+
+def _leaf_paths(tree) -> list[tuple[str, Any]]:
+    return [(jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _checksums(arrays: dict) -> dict[str, str]:
+    """SHA-256 of every leaf's dtype, shape and bytes: catches silently altered data."""
+    out = {}
+    for path, leaf in _leaf_paths(arrays):
+        leaf = np.ascontiguousarray(leaf)
+        digest = hashlib.sha256(f"{leaf.dtype.str}{leaf.shape}".encode())
+        digest.update(leaf.tobytes())
+        out[path] = digest.hexdigest()
+    return out
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def _jsonable(value):
+    """A JSON-stable description (tuples -> lists, objects -> repr), so saved and current compare equal."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (bool, int, str)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if np.isfinite(value) else repr(value)
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        return _jsonable(value.item())
+    return repr(value)
+
+
+def _describe_static(name: str, value) -> dict:
+    if name == "config" and dataclasses.is_dataclass(value):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name not in _NOT_FINGERPRINTED}
+    if dataclasses.is_dataclass(value):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return {"repr": _jsonable(value)}
+
+
+def fingerprint(state, run: dict | None = None) -> dict:
+    """Everything that must match for a checkpoint to be resumed with ``state``'s configuration."""
+    arrays = _to_storable(state)
+    return {
+        "format": FORMAT_VERSION,
+        "state_type": f"{type(state).__module__}.{type(state).__qualname__}",
+        **{name: _describe_static(name, getattr(state, name)) for name in _static_fields(state)},
+        "arrays": {path: f"{leaf.dtype}{list(leaf.shape)}" for path, leaf in _leaf_paths(arrays)},
+        "run": _jsonable(run or {}),
+    }
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def differences(saved: dict, current: dict) -> list[str]:
+    """Human-readable ``field: checkpoint X, now Y`` lines for every differing fingerprint field."""
+    a, b = _flatten(saved), _flatten(current)
+    missing = object()
+    lines = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key, missing), b.get(key, missing)
+        if va != vb:
+            show = lambda v: "<absent>" if v is missing else json.dumps(v)
+            lines.append(f"{key}: checkpoint {show(va)}, now {show(vb)}")
+    return lines
+
+
+# --------------------------------------------------------------------------- orbax plumbing
+
+
+def _manager(directory: Path, *, read_only: bool, max_to_keep: int | None = None):
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep,
+        create=not read_only,
+        read_only=read_only,
+        # synchronous: save() returns only once the step is complete on disk
+        enable_async_checkpointing=False,
+        # a process killed mid-save leaves a temporary directory; drop it on the next save
+        cleanup_tmp_directories=not read_only,
+    )
+    return ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
+
+
+def all_steps(directory) -> list[int]:
+    """Complete steps in ``directory`` (ascending); ``[]`` when there is none or no directory."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    with _manager(directory, read_only=True) as manager:
+        return sorted(manager.all_steps())
+
+
+def latest_step(directory) -> int | None:
+    steps = all_steps(directory)
+    return steps[-1] if steps else None
+
+
+def save(directory, state, *, extra: dict | None = None, run: dict | None = None, max_to_keep: int | None = None) -> int:
+    """Write ``state`` as step ``int(state.round)`` under ``directory``; returns the step.
+
+    ``extra`` is any JSON-serialisable dict stored with the step (returned by :func:`restore`);
+    ``run`` joins the fingerprint (settings outside the state's ``Config`` that must match on resume).
+    An existing step of the same number is replaced. ``max_to_keep`` keeps only the newest steps.
+    """
+    import orbax.checkpoint as ocp
+
+    directory = Path(directory).absolute()
+    step = int(np.asarray(state.round))
+    arrays = _to_storable(state)
+    meta = {
+        "fingerprint": fingerprint(state, run),
+        "checksums": _checksums(arrays),
+        "extra": _jsonable(extra or {}),
+    }
+    with _manager(directory, read_only=False, max_to_keep=max_to_keep) as manager:
+        if step in manager.all_steps():
+            manager.delete(step)
+        manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)))
+        manager.wait_until_finished()
+    return step
+
+
+def _corrupt(directory: Path, step: int, why: str) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint step {step} in {directory} is truncated or corrupt ({why}); delete {directory / str(step)} "
+        "to resume from an earlier step, or start afresh"
+    )
+
+
+def restore(directory, template, *, step: int | None = None, run: dict | None = None) -> Restored:
+    """Load step ``step`` (default: the latest) into ``template``'s structure.
+
+    ``template`` is a state of the same configuration, e.g. a fresh ``init``: it supplies the static
+    fields. Raises :class:`CheckpointError` when there is no checkpoint, when it was written by a
+    different configuration (the message lists the differing fields), or when it is truncated/corrupt.
+    """
+    import orbax.checkpoint as ocp
+
+    directory = Path(directory).absolute()
+    steps = all_steps(directory)
+    if not steps:
+        raise CheckpointError(f"no complete checkpoint in {directory}")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise CheckpointError(f"no checkpoint step {step} in {directory}; available: {steps}")
+
+    with _manager(directory, read_only=True) as manager:
+        try:
+            meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        except Exception as err:  # orbax/json errors on damaged files
+            raise _corrupt(directory, step, f"cannot read its metadata: {type(err).__name__}: {err}") from err
+        if not isinstance(meta, dict) or not {"fingerprint", "checksums", "extra"} <= set(meta):
+            raise _corrupt(directory, step, "its metadata is incomplete")
+
+        diff = differences(meta["fingerprint"], json.loads(json.dumps(fingerprint(template, run))))
+        if diff:
+            raise CheckpointError(
+                f"checkpoint step {step} in {directory} was written by a different configuration; "
+                "differing fields: " + "; ".join(diff)
+            )
+
+        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), _to_storable(template))
+        try:
+            arrays = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))).state
+        except Exception as err:
+            raise _corrupt(directory, step, f"cannot read its arrays: {type(err).__name__}: {err}") from err
+
+    arrays = jax.tree.map(np.asarray, arrays)
+    sums = _checksums(arrays)
+    bad = sorted(path for path in meta["checksums"] if sums.get(path) != meta["checksums"][path])
+    if bad or set(sums) != set(meta["checksums"]):
+        raise _corrupt(directory, step, f"arrays do not match their checksums: {', '.join(bad) or 'tree structure'}")
+    return Restored(_from_storable(template, arrays), step, meta["extra"])
