@@ -36,6 +36,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from ..core import aggregate, qp, stats
@@ -44,6 +45,7 @@ from ..core.losses import cross_entropy, masked_mean, squared_error_per_sample
 from ..core.optim import pytorch_sgd
 from ..core.train import batched_apply, local_train
 from ..data.clients import ClientData
+from ..data.sources import DataError
 from ..metrics import masked_accuracy
 from ..models import SplitModel
 from .common import check_batch, guard_finite, init_heads, sample_clients, stack_heads_at
@@ -184,8 +186,16 @@ def _client_update(client: dict, shared: dict, model: SplitModel, cfg: Config) -
     return out
 
 
+def _require_clients(data: ClientData, what: str) -> None:
+    """Shapes are static, so this runs once at trace time: a round over zero clients has no meaning
+    (and would otherwise fail deep inside the QP)."""
+    if data.x.shape[0] == 0:
+        raise DataError(f"{what}: no clients in the batch (zero clients sampled)")
+
+
 def _round(state: State, batch: ClientData, test: ClientData | None = None) -> tuple[State, dict]:
     cfg, model = state.config, state.model
+    _require_clients(batch, "batch")
     round_key = jax.random.fold_in(state.key, state.round)
     per_client = {
         "x": batch.x,
@@ -259,6 +269,7 @@ Metrics are per participant, never averaged. Pure and jit-compiled.
 
 def _evaluate(state: State, test: ClientData) -> dict:
     model, cfg = state.model, state.config
+    _require_clients(test, "test")
     per_client = {
         "x": test.x,
         "y": test.y,
@@ -280,7 +291,34 @@ test data: ``{"client_ids", "accuracy" [m], "n" [m]}``. Pure and jit-compiled.""
 
 
 def check_inputs(state: State, batch: ClientData, test: ClientData | None = None) -> None:
-    """Eager validation with clear messages (the CLI and the examples call it once per dataset)."""
+    """Eager validation with clear messages (the CLI and the examples call it once per dataset).
+
+    Raises ``DataError`` for anything :func:`pflax.data.validate` rejects (shapes, dtypes, labels
+    outside the model's classes, NaN/Inf, duplicate ids), for zero clients, client ids outside the
+    federation, samples whose shape the model cannot take, and ``test`` rows that are not the same
+    clients as ``batch`` (``round`` pairs them row by row).
+
+    Documented behaviour for valid but degenerate inputs (no error): an empty client has weight 0
+    in every aggregate, is never a combination candidate and keeps its head; a class missing on some
+    clients is simply absent from their statistics; a class missing on every participant keeps its
+    previous global centroid (and validity); a round whose result is not finite leaves the state
+    unchanged and reports ``metrics["nonfinite"]``.
+    """
     check_batch(state.num_clients, state.model.num_classes, batch, "batch")
     if test is not None:
         check_batch(state.num_clients, state.model.num_classes, test, "test")
+        if not np.array_equal(np.asarray(batch.client_ids), np.asarray(test.client_ids)):
+            raise DataError("test: rows must be the same clients, in the same order, as batch's (round pairs them row by row)")
+    _check_sample_shape(state, batch)
+
+
+def _check_sample_shape(state: State, batch: ClientData) -> None:
+    """Abstractly apply the model to one sample, so a wrong image size fails here, readably."""
+    sample = jax.ShapeDtypeStruct((1,) + tuple(batch.x.shape[2:]), batch.x.dtype)
+    try:
+        jax.eval_shape(state.model.features, state.body, sample)
+    except Exception as err:  # flax/lax shape errors
+        raise DataError(
+            f"batch: samples of shape {tuple(batch.x.shape[2:])} do not fit the model {state.model.name!r} "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from err

@@ -25,6 +25,8 @@ crashes there). The problem it then solves is exact, so only the pre-processing 
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import jaxopt
@@ -109,6 +111,7 @@ def _active_set(p: Array, start: Array, max_iter: int) -> Array:
     return alpha
 
 
+@functools.partial(jax.jit, static_argnames=("warm_iters", "max_active_set_iter"))
 def solve_simplex_qp(p: Array, *, warm_iters: int = 200, max_active_set_iter: int | None = None) -> Array:
     """Exact minimiser of ``a^T P a`` over the probability simplex, for one PSD ``P [m, m]``.
 
@@ -138,6 +141,7 @@ def solve_simplex_qp(p: Array, *, warm_iters: int = 200, max_active_set_iter: in
     return _active_set(p, start, iters)
 
 
+@jax.jit
 def kkt_residual(p: Array, alpha: Array) -> Array:
     """Largest violation of the KKT conditions of the simplex QP, relative to ``max|P|``.
 
@@ -178,6 +182,7 @@ def _official_preprocess(p32: Array, self_index: Array) -> tuple[Array, Array]:
     return p, psd | rebuilt_ok
 
 
+@functools.partial(jax.jit, static_argnames=("mode", "threshold"))
 def combination_weights(
     v: Array,
     h: Array,
@@ -194,6 +199,10 @@ def combination_weights(
     """
     if mode not in ("exact", "official"):
         raise ValueError(f"mode must be 'exact' or 'official', got {mode!r}")
+    if v.ndim != 1 or h.ndim != 3 or h.shape[0] != v.shape[0]:
+        raise ValueError(f"combination_weights needs v [m] and h [m, K, d]; got v {tuple(v.shape)}, h {tuple(h.shape)}")
+    if participating is not None and tuple(participating.shape) != tuple(v.shape):
+        raise ValueError(f"participating must have shape {tuple(v.shape)}, got {tuple(participating.shape)}")
     m = v.shape[0]
     if participating is None:
         participating = jnp.ones((m,), bool)

@@ -64,7 +64,13 @@ def from_partition(x: np.ndarray, y: np.ndarray, clients: Sequence[np.ndarray], 
 
 
 def validate(data: ClientData, num_classes: int, sample_shape: tuple | None = None, what: str = "data") -> None:
-    """Eager checks with messages that name the problem. Call outside jit (it reads values)."""
+    """Eager checks with messages that name the problem. Call outside jit (it reads values).
+
+    Raises :class:`DataError` for: inconsistent shapes, a sample shape other than ``sample_shape``,
+    non-float ``x`` or non-integer ``y``, labels of real samples outside ``[0, num_classes)``, NaN/Inf
+    anywhere in ``x`` (padded slots included), and duplicate client ids. An empty client (all-False
+    mask row) is valid: algorithms give it weight 0 and leave its parameters unchanged.
+    """
     if data.x.ndim < 2 or data.y.ndim != 2 or data.mask.ndim != 2:
         raise DataError(
             f"{what}: expected x [clients, n_max, ...], y and mask [clients, n_max]; "
@@ -87,8 +93,10 @@ def validate(data: ClientData, num_classes: int, sample_shape: tuple | None = No
     real = y[mask]
     if real.size and (real.min() < 0 or real.max() >= num_classes):
         raise DataError(f"{what}: labels must lie in [0, {num_classes}), found [{real.min()}, {real.max()}]")
-    if not np.all(np.isfinite(np.asarray(data.x)[mask])):
-        raise DataError(f"{what}: x contains NaN or Inf")
+    # Padded slots are checked too: a NaN there would reach the masked sums as 0 * NaN = NaN.
+    if not np.all(np.isfinite(np.asarray(data.x))):
+        where = "real samples" if not np.all(np.isfinite(np.asarray(data.x)[mask])) else "padded slots"
+        raise DataError(f"{what}: x contains NaN or Inf (in {where})")
     ids = np.asarray(data.client_ids)
     if len(np.unique(ids)) != len(ids):
         raise DataError(f"{what}: duplicate client ids {sorted(set(ids[np.unique(ids, return_counts=True)[1] > 1]))}")
