@@ -41,10 +41,10 @@ def combination_matrices(v: Array, h: Array) -> Array:
     """``P_i`` for every target ``i``: ``[m, m, m]`` from ``v [m]`` and ``h [m, K, d]`` (any float dtype)."""
     flat = h.reshape(h.shape[0], -1)
     gram = flat @ flat.T  # B[j, k] = <H_j, H_k>
-    diag = jnp.diag(gram)
+    diag = jnp.sum(flat * flat, axis=1)  # ||H_j||^2 (not jnp.diag: its batching rule ignores the local x64 scope)
     # D_i[j, k] = B_ii - B_ik - B_ji + B_jk
     d = diag[:, None, None] - gram[:, None, :] - gram[:, :, None] + gram[None, :, :]
-    p = d + jnp.diag(v)[None]
+    p = d + v[None, :, None] * jnp.eye(v.shape[0], dtype=v.dtype)[None]
     return 0.5 * (p + jnp.swapaxes(p, 1, 2))
 
 
@@ -182,7 +182,6 @@ def _official_preprocess(p32: Array, self_index: Array) -> tuple[Array, Array]:
     return p, psd | rebuilt_ok
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "threshold"))
 def combination_weights(
     v: Array,
     h: Array,
@@ -196,6 +195,10 @@ def combination_weights(
     ``v [m]`` and ``h [m, K, d]`` are the participants' statistics. ``participating [m]`` (optional)
     masks out padded or empty slots: they are never candidates, and their own row is ``e_i``.
     Returned in float32.
+
+    Not wrapped in ``jax.jit`` on purpose: a jitted inner function would be traced once and then
+    re-transformed (by an outer ``vmap``) outside the local float64 scope, mixing dtypes. Its
+    float64 kernels (``solve_simplex_qp``) are jitted and cached, so eager calls stay cheap.
     """
     if mode not in ("exact", "official"):
         raise ValueError(f"mode must be 'exact' or 'official', got {mode!r}")

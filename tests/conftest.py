@@ -1,0 +1,57 @@
+"""Shared fixtures. Real datasets come from ``$PFLAX_DATASETS`` or ``../shared/datasets`` beside the
+repository; without them those tests skip with the reason, except under CI (``CI=true``), where a
+missing dataset is a failure."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def datasets_root() -> Path:
+    return Path(os.environ.get("PFLAX_DATASETS", REPO.parent / "shared" / "datasets"))
+
+
+def _require_dataset(name: str) -> Path:
+    path = datasets_root() / name
+    if not (path / "train-images-idx3-ubyte.gz").exists():
+        reason = f"real dataset {name!r} not found at {path} (set PFLAX_DATASETS to the folder holding {name}/)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI must not skip: {reason}")
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="session")
+def fmnist_dir() -> Path:
+    return _require_dataset("fashion_mnist")
+
+
+@pytest.fixture(scope="session")
+def mnist_dir() -> Path:
+    return _require_dataset("mnist")
+
+
+@pytest.fixture(scope="session")
+def tiny_federation():
+    """A small synthetic federation (8 clients, ragged sizes) for fast algorithm tests."""
+    from pflax.data import fedpac_shards, from_partition, synthetic
+
+    ds = synthetic(num_classes=10, train_per_class=120, test_per_class=40, image_size=12, seed=1, noise=0.4)
+    tr = fedpac_shards(ds.y_train, 8, 80, 0.2, 10)
+    te = fedpac_shards(ds.y_test, 8, 30, 0.2, 10)
+    tr = [idx[: 80 - 7 * (i % 3)] for i, idx in enumerate(tr)]  # ragged: 80, 73, 66, ...
+    return ds, from_partition(ds.x_train, ds.y_train, tr), from_partition(ds.x_test, ds.y_test, te)
+
+
+@pytest.fixture(scope="session")
+def small_mlp():
+    from pflax.models import mlp
+
+    return mlp(10, hidden=(32,))
