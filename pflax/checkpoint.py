@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["CheckpointError", "Restored", "save", "restore", "latest_step", "all_steps", "fingerprint"]
+__all__ = ["CheckpointError", "Restored", "save", "restore", "read", "latest_step", "all_steps", "fingerprint"]
 
 FORMAT_VERSION = 1
 # Config fields that describe how the computation is mapped onto devices, not what it computes.
@@ -87,8 +87,14 @@ def _from_storable(template, arrays: dict):
     return template.replace(**fields)
 
 
+def _path_name(path) -> str:
+    """``heads/TorchDense_0/kernel`` rather than ``['heads']['TorchDense_0']['kernel']``."""
+    parts = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+    return "/".join(parts)
+
+
 def _leaf_paths(tree) -> list[tuple[str, Any]]:
-    return [(jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    return [(_path_name(path), leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 def _checksums(arrays: dict) -> dict[str, str]:
@@ -274,3 +280,24 @@ def restore(directory, template, *, step: int | None = None, run: dict | None = 
     if bad or set(sums) != set(meta["checksums"]):
         raise _corrupt(directory, step, f"arrays do not match their checksums: {', '.join(bad) or 'tree structure'}")
     return Restored(_from_storable(template, arrays), step, meta["extra"])
+
+
+def read(directory, step: int | None = None) -> tuple[dict, dict]:
+    """``(arrays, meta)`` of a step (default: the latest) without a template, checksums verified:
+    for inspecting checkpoints and comparing runs. ``arrays`` mirrors the state's array fields."""
+    import orbax.checkpoint as ocp
+
+    directory = Path(directory).absolute()
+    steps = all_steps(directory)
+    if not steps:
+        raise CheckpointError(f"no complete checkpoint in {directory}")
+    step = steps[-1] if step is None else step
+    with _manager(directory, read_only=True) as manager:
+        try:
+            both = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+        except Exception as err:
+            raise _corrupt(directory, step, f"{type(err).__name__}: {err}") from err
+    arrays = jax.tree.map(np.asarray, both.state)
+    if _checksums(arrays) != both.meta["checksums"]:
+        raise _corrupt(directory, step, "arrays do not match their checksums")
+    return arrays, both.meta
