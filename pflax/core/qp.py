@@ -194,7 +194,9 @@ def combination_weights(
 
     ``v [m]`` and ``h [m, K, d]`` are the participants' statistics. ``participating [m]`` (optional)
     masks out padded or empty slots: they are never candidates, and their own row is ``e_i``.
-    Returned in float32.
+    Returned in float32. Every row sums to 1: a row whose solve is not finite (NaN/Inf statistics)
+    falls back to ``e_i`` (the client keeps its own head), as the official code does when its PSD
+    check fails.
 
     Not wrapped in ``jax.jit`` on purpose: a jitted inner function would be traced once and then
     re-transformed (by an outer ``vmap``) outside the local float64 scope, mixing dtypes. Its
@@ -231,7 +233,10 @@ def combination_weights(
             alpha = jnp.where(participating, alpha, 0.0)
             alpha = threshold_and_renormalize(alpha / jnp.maximum(alpha.sum(), 1e-300), threshold)
             fallback = eye[i]
-            use = ok & participating[i] & jnp.all(jnp.isfinite(alpha))
+            # Non-finite statistics (a diverged client) can make every weight NaN or 0: then the
+            # target keeps its own head rather than mixing garbage or an all-zero head.
+            valid = jnp.all(jnp.isfinite(alpha)) & (jnp.abs(alpha.sum() - 1.0) < 1e-6)
+            use = ok & participating[i] & valid
             return jnp.where(use, alpha, fallback)
 
         weights = jax.vmap(one)(jnp.arange(m), p_all)

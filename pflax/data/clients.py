@@ -98,5 +98,6 @@ def validate(data: ClientData, num_classes: int, sample_shape: tuple | None = No
         where = "real samples" if not np.all(np.isfinite(np.asarray(data.x)[mask])) else "padded slots"
         raise DataError(f"{what}: x contains NaN or Inf (in {where})")
     ids = np.asarray(data.client_ids)
-    if len(np.unique(ids)) != len(ids):
-        raise DataError(f"{what}: duplicate client ids {sorted(set(ids[np.unique(ids, return_counts=True)[1] > 1]))}")
+    unique, counts = np.unique(ids, return_counts=True)
+    if np.any(counts > 1):
+        raise DataError(f"{what}: duplicate client ids {unique[counts > 1].tolist()}")
