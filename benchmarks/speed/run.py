@@ -267,7 +267,7 @@ def cmd_plot(args):
     axes[0].set(xlabel="clients per round", ylabel="round time (s)", title="round time (torch dashed)")
     axes[1].set(xlabel="clients per round", ylabel="pflax / PyTorch", title="time ratio (lower is better)")
     axes[1].axhline(1.0, color="gray", lw=0.8)
-    axes[2].set(xlabel="clients per round", ylabel="MiB", title="memory (process peak RSS incl. torch subset; JAX live buffers dotted)")
+    axes[2].set(xlabel="clients per round", ylabel="MiB", title="memory: process peak RSS (solid), JAX live (dotted)")
     for ax in axes:
         ax.legend(fontsize=7)
     fig.suptitle("pflax vs PyTorch loop, 2-core CPU shared with other jobs; random data, "
