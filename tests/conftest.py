@@ -43,7 +43,7 @@ def tiny_federation():
     """A small synthetic federation (8 clients, ragged sizes) for fast algorithm tests."""
     from pflax.data import fedpac_shards, from_partition, synthetic
 
-    ds = synthetic(num_classes=10, train_per_class=120, test_per_class=40, image_size=12, seed=1, noise=0.4)
+    ds = synthetic(num_classes=10, train_per_class=120, test_per_class=40, image_size=12, seed=1, noise=0.2)
     tr = fedpac_shards(ds.y_train, 8, 80, 0.2, 10)
     te = fedpac_shards(ds.y_test, 8, 30, 0.2, 10)
     tr = [idx[: 80 - 7 * (i % 3)] for i, idx in enumerate(tr)]  # ragged: 80, 73, 66, ...

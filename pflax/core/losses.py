@@ -16,7 +16,7 @@ def masked_mean(values: Array, mask: Array) -> Array:
     extra = values.ndim - mask.ndim
     per_item = values.reshape(values.shape[: mask.ndim] + (-1,)).mean(-1) if extra else values
     total = jnp.sum(mask)
-    return jnp.sum(per_item * mask) / jnp.maximum(total, 1.0)
+    return jnp.sum(jnp.where(mask > 0, per_item, 0.0) * mask) / jnp.maximum(total, 1.0)
 
 
 def cross_entropy(logits: Array, labels: Array) -> Array:

@@ -22,6 +22,7 @@ class ClassSums(NamedTuple):
 
 def class_sums(features: Array, labels: Array, mask: Array, num_classes: int) -> ClassSums:
     onehot = jax.nn.one_hot(labels, num_classes, dtype=features.dtype) * mask[:, None].astype(features.dtype)
+    features = jnp.where(mask[:, None], features, 0.0)  # padded rows may hold anything, even NaN
     counts = onehot.sum(0)
     sums = onehot.T @ features
     sq = onehot.T @ jnp.sum(jnp.square(features), axis=-1)

@@ -54,6 +54,10 @@ def epoch_order(key: Array, mask: Array, epochs: int, batch_size: int) -> tuple[
     return idx.reshape(-1, batch_size), valid.reshape(-1, batch_size)
 
 
+def _zero_invalid(a: Array, valid: Array) -> Array:
+    return jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, jnp.zeros((), a.dtype))
+
+
 def sgd_steps(
     params: PyTree,
     loss_fn: LossFn,
@@ -69,7 +73,8 @@ def sgd_steps(
     def step(carry, plan):
         p, s = carry
         idx, w = plan
-        batch = jax.tree.map(lambda a: a[idx], data)
+        # Zero the padding slots so their content (even NaN) can never reach a loss or a gradient.
+        batch = jax.tree.map(lambda a: _zero_invalid(a[idx], w), data)
         loss, grads = grad_fn(p, batch, w.astype(jnp.float32))
         updates, s_new = optimizer.update(grads, s, p)
         p_new = optax.apply_updates(p, updates)
