@@ -1,0 +1,73 @@
+"""Training with a collaboration structure, and placing a new client into it (spec B.4; paper §4.3).
+
+Each coalition is an independent FL system: a fresh model from the *same* key, only its members'
+data, any pflax algorithm module with the common ``Config/init/round/evaluate`` API. A singleton
+coalition is therefore local training run by the same code.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..data.clients import ClientData
+from .solver import canonical, coalitions_of, objective
+
+__all__ = ["train_coalitions", "assign_new_client"]
+
+
+def _train_one(algo: ModuleType, key, model, train: ClientData, test: ClientData, config: Any, rounds: int):
+    state = algo.init(key, model, train.x[0, :1], train.num_clients, config)
+    for _ in range(rounds):
+        state, _ = algo.round(state, train)
+    return np.asarray(algo.evaluate(state, test)["accuracy"])
+
+
+def _local_ids(data: ClientData, members: list[int]) -> ClientData:
+    """Members' rows renumbered 0..k-1: each coalition is a federation of its own."""
+    sub = data.take(members)
+    return sub.replace(client_ids=jax.numpy.arange(len(members), dtype=jax.numpy.int32))
+
+
+def train_coalitions(algo: ModuleType, assignment, model, train: ClientData, test: ClientData, key,
+                     config: Any, rounds: int) -> np.ndarray:
+    """Final-round test accuracy of every client, each trained inside its own coalition.
+
+    ``algo`` is a module such as :mod:`pflax.algorithms.fedavg`; ``assignment`` gives one coalition
+    label per client (e.g. from :func:`pflax.fedcollab.solver.solve`).
+    """
+    assignment = np.asarray(assignment)
+    if assignment.shape != (train.num_clients,):
+        raise ValueError(f"assignment needs one label per client ({train.num_clients}), got shape {assignment.shape}")
+    acc = np.zeros(train.num_clients)
+    for members in coalitions_of(assignment):
+        acc[members] = _train_one(algo, key, model, _local_ids(train, members), _local_ids(test, members),
+                                  config, rounds)
+    return acc
+
+
+def assign_new_client(assignment, dist, sizes, new_dist, new_size: float, c: float, allow_local: bool = True) -> dict:
+    """Best coalition for a newcomer without re-solving: the option (join coalition k, or train
+    locally) with the lowest objective over all N + 1 clients, other clients' coalitions unchanged.
+
+    ``new_dist [N]`` are the estimated distances between the newcomer and the existing clients.
+    Returns ``{"assignment" [N+1] (canonical), "joined" (members it joined; [] for local), "objective"}``.
+    """
+    p = canonical(assignment)
+    n = len(p)
+    dist, new_dist = np.asarray(dist, np.float64), np.asarray(new_dist, np.float64)
+    grown = np.zeros((n + 1, n + 1))
+    grown[:n, :n], grown[n, :n], grown[:n, n] = dist, new_dist, new_dist
+    all_sizes = np.append(np.asarray(sizes, np.float64), new_size)
+    options = [label for label in sorted(set(p.tolist()))] + ([n] if allow_local else [])
+    best = None
+    for label in options:  # strict improvement: earlier (smaller-member) coalitions win ties
+        candidate = np.append(p, label)
+        value = objective(candidate, grown, all_sizes, c)
+        if best is None or value < best[1]:
+            best = (candidate, value)
+    candidate, value = best
+    joined = np.flatnonzero(candidate[:n] == candidate[n]).tolist()
+    return {"assignment": canonical(candidate), "joined": joined, "objective": value}
