@@ -5,8 +5,12 @@
     state, metrics = pflax.fedpac.round(state, batch)
 """
 from . import core, data, metrics, models
-from .algorithms import fedpac
+from .algorithms import apfl, ditto, fedavg, fedavg_ft, fedbabu, fedpac, fedper, fedprox, fedrep, lg_fedavg, local_only, scaffold
 from .core.execution import Execution
 
 __version__ = "0.1.0"
-__all__ = ["core", "data", "metrics", "models", "fedpac", "Execution"]
+__all__ = [
+    "core", "data", "metrics", "models", "fedpac", "Execution",
+    # baselines (spec D), one module each
+    "apfl", "ditto", "fedavg", "fedavg_ft", "fedbabu", "fedper", "fedprox", "fedrep", "lg_fedavg", "local_only", "scaffold",
+]

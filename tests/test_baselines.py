@@ -1,0 +1,251 @@
+"""Baselines: for each one, a test of its defining rule and a test that it learns.
+
+Tiny federation: 10-class synthetic 12x12 images, FedPAC's s = 20% shards (5 clients, each with 3
+dominant classes), an MLP with one hidden layer of 32 units. Chance is 0.1.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pflax.algorithms import apfl, base, ditto, fedavg, fedavg_ft, fedbabu, fedper, fedprox, fedrep, lg_fedavg, local_only, scaffold
+from pflax.core.losses import cross_entropy, masked_mean
+from pflax.data import fedpac_shards, from_partition, synthetic
+from pflax.models import mlp
+
+NUM_CLIENTS, NUM_CLASSES = 5, 10
+MODEL = mlp(NUM_CLASSES, hidden=(32,))
+KEY = jax.random.PRNGKey(0)
+# Fast-learning setting shared by the tests (one compilation per algorithm serves both of its tests).
+FAST = dict(lr=0.05, batch_size=20, local_epochs=2)
+FINE_TUNED = (fedavg_ft, fedbabu)  # evaluate(state, test, train)
+
+
+@pytest.fixture(scope="module")
+def fed():
+    d = synthetic(num_classes=NUM_CLASSES, train_per_class=100, test_per_class=60, image_size=12, seed=0, noise=0.3)
+    train = from_partition(d.x_train, d.y_train, fedpac_shards(d.y_train, NUM_CLIENTS, 100, 0.2, NUM_CLASSES))
+    test = from_partition(d.x_test, d.y_test, fedpac_shards(d.y_test, NUM_CLIENTS, 60, 0.2, NUM_CLASSES))
+    return train, test
+
+
+def leaves_equal(a, b) -> bool:
+    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def row(tree, i):
+    return jax.tree.map(lambda a: a[i], tree)
+
+
+def rows_identical(tree) -> bool:
+    return all(np.array_equal(np.asarray(a[0]), np.asarray(a[i])) for a in jax.tree.leaves(tree) for i in range(a.shape[0]))
+
+
+def start(mod, fed, **overrides):
+    train, _ = fed
+    cfg = mod.Config(**{**FAST, **overrides})
+    state = mod.init(KEY, MODEL, train.x[0], NUM_CLIENTS, cfg)
+    mod.check_inputs(state, train)
+    return state
+
+
+def accuracy(mod, state, fed) -> np.ndarray:
+    train, test = fed
+    out = mod.evaluate(state, test, train) if mod in FINE_TUNED else mod.evaluate(state, test)
+    return np.asarray(out["accuracy"])
+
+
+# ------------------------------------------------------------------------------------------ learning
+# Personalized models clear 0.35; the global models (FedProx, SCAFFOLD) and APFL's mixed model, which
+# is 75% global at alpha = 0.25, reach ~0.27-0.32 after 3 rounds on these non-IID clients.
+PERSONAL, GLOBALISH = 0.35, 0.25
+LEARNERS = [(local_only, PERSONAL), (fedavg_ft, PERSONAL), (fedper, PERSONAL), (lg_fedavg, PERSONAL), (fedrep, PERSONAL),
+            (fedbabu, PERSONAL), (fedprox, GLOBALISH), (ditto, PERSONAL), (apfl, GLOBALISH), (scaffold, GLOBALISH)]
+
+
+@pytest.mark.parametrize("mod,floor", LEARNERS, ids=[m.__name__.rsplit(".", 1)[-1] for m, _ in LEARNERS])
+def test_learns(mod, floor, fed):
+    train, _ = fed
+    state = start(mod, fed)
+    before = accuracy(mod, state, fed).mean() if mod not in FINE_TUNED else 0.1
+    for _ in range(3):
+        state, metrics = mod.round(state, train)
+        assert not bool(metrics["nonfinite"])
+        assert metrics["loss"].shape == (NUM_CLIENTS,)
+    after = accuracy(mod, state, fed)
+    assert after.shape == (NUM_CLIENTS,)
+    # Chance is 0.1.
+    assert after.mean() > floor and after.mean() > before + 0.15, (before, after)
+
+
+# ------------------------------------------------------------------------------------ defining rules
+def test_local_only_never_communicates(fed):
+    train, _ = fed
+    state = start(local_only, fed)
+    assert state.shared == {}
+    # Training client 0 alone gives exactly the model it gets in a full round: nobody else matters.
+    full, _ = local_only.round(state, train)
+    alone, _ = local_only.round(state, train.take(jnp.array([0])))
+    assert leaves_equal(row(full.local, 0), row(alone.local, 0))
+    assert leaves_equal(row(alone.local, 1), row(state.local, 1))  # non-participants untouched
+    assert not rows_identical(full.local["head"]) and not rows_identical(full.local["body"])
+
+
+def test_fedper_averages_body_never_head(fed):
+    train, _ = fed
+    state, _ = fedper.round(start(fedper, fed), train)
+    assert set(state.shared) == {"body"} and set(state.local) == {"head"}
+    assert not rows_identical(state.local["head"])  # heads differ across clients
+
+
+def test_lg_fedavg_averages_head_never_body(fed):
+    train, _ = fed
+    state, _ = lg_fedavg.round(start(lg_fedavg, fed), train)
+    assert set(state.shared) == {"head"} and set(state.local) == {"body"}
+    assert not rows_identical(state.local["body"])  # bodies differ across clients
+
+
+def test_split_round_is_weighted_mean_of_trained_part(fed):
+    """FedPer's new body = n-weighted mean of the participants' jointly trained bodies; heads kept."""
+    train, _ = fed
+    train = train.replace(mask=train.mask.at[1, 60:].set(False))  # unequal sizes
+    state = start(fedper, fed)
+    new, _ = fedper.round(state, train)
+    inputs = base.client_inputs(state, train)
+    train_full = jax.jit(base.train_full, static_argnums=(2, 3))
+    trained = [train_full(base.assembled(row(inputs, i), state.shared), row(inputs, i), MODEL, state.config)[0]
+               for i in range(NUM_CLIENTS)]
+    sizes = np.asarray(train.sizes, np.float64)
+    want = jax.tree.map(lambda *b: sum(w * x for w, x in zip(sizes / sizes.sum(), b)), *[t["body"] for t in trained])
+    for got, exp in zip(jax.tree.leaves(new.shared["body"]), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
+    for i in range(NUM_CLIENTS):
+        assert leaves_equal(row(new.local, i)["head"], trained[i]["head"])
+
+
+def test_fedrep_head_phase_then_body_phase(fed):
+    """With zero body epochs only the heads move; with zero head epochs the heads stay put."""
+    train, _ = fed
+    heads_only, _ = fedrep.round(start(fedrep, fed, head_epochs=1, body_epochs=0), train)
+    init = start(fedrep, fed)
+    # The untouched bodies are still averaged, so equal up to the mean's float rounding.
+    for a, b in zip(jax.tree.leaves(heads_only.shared["body"]), jax.tree.leaves(init.shared["body"])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    assert not leaves_equal(heads_only.local, init.local)
+    body_only, _ = fedrep.round(start(fedrep, fed, head_epochs=0, body_epochs=1), train)
+    assert leaves_equal(body_only.local, init.local)
+    assert not leaves_equal(body_only.shared["body"], init.shared["body"])
+
+
+def test_fedbabu_head_stays_at_init(fed):
+    train, _ = fed
+    state = start(fedbabu, fed)
+    head0 = state.shared["head"]
+    for _ in range(2):
+        state, _ = fedbabu.round(state, train)
+    assert leaves_equal(state.shared["head"], head0)
+    assert not leaves_equal(state.shared["body"], start(fedbabu, fed).shared["body"])
+
+
+def test_finetuned_evaluation_differs_from_global_and_keeps_state(fed):
+    train, test = fed
+    state, _ = fedavg_ft.round(start(fedavg_ft, fed), train)
+    tuned = np.asarray(fedavg_ft.evaluate(state, test, train)["accuracy"])
+    plain = np.asarray(base.evaluate_personal(state, test, base.assembled)["accuracy"])
+    assert tuned.mean() > plain.mean()  # local fine-tuning personalises the non-IID clients
+    again = np.asarray(fedavg_ft.evaluate(state, test, train)["accuracy"])
+    np.testing.assert_array_equal(tuned, again)  # deterministic, and the state is not changed
+
+
+def test_fedprox_mu_zero_is_fedavg_and_huge_mu_stays_at_global(fed):
+    train, _ = fed
+    avg_cfg = fedavg.Config(**FAST)
+    avg, _ = fedavg.round(fedavg.init(KEY, MODEL, train.x[0], NUM_CLIENTS, avg_cfg), train)
+    prox0, _ = fedprox.round(start(fedprox, fed, mu=0.0), train)
+    for a, b in zip(jax.tree.leaves(avg.params), jax.tree.leaves(prox0.shared)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+    def drift(mu):
+        state = start(fedprox, fed, mu=mu, momentum=0.0, weight_decay=0.0)
+        new, _ = fedprox.round(state, train)
+        return np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(new.shared), jax.tree.leaves(state.shared))))
+
+    # lr * mu = 1 without momentum: each step is w <- w^t - lr * grad f(w), so the model never leaves
+    # a one-step neighbourhood of w^t, while FedAvg's 10 steps accumulate (measured ratio ~0.14).
+    assert drift(1.0 / FAST["lr"]) < 0.2 * drift(0.0)
+
+
+def _full_batch(mod, fed, **overrides):
+    """One full-batch plain SGD step per epoch, so a round can be recomputed by hand."""
+    return start(mod, fed, batch_size=100, local_epochs=1, momentum=0.0, weight_decay=0.0, **overrides)
+
+
+def _grad(params, train, i):
+    def loss(p):
+        return masked_mean(cross_entropy(MODEL.apply(p, train.x[i]), train.y[i]), train.mask[i])
+    return jax.grad(loss)(params)
+
+
+def test_ditto_personal_step_includes_lambda_pull(fed):
+    train, _ = fed
+    lr, lam = 0.05, 1.0
+    state, _ = ditto.round(_full_batch(ditto, fed, lam=lam, personal_epochs=1), train)
+    assert not leaves_equal(row(state.local, 0), state.shared)  # v and w now differ
+    new, _ = ditto.round(state, train)
+    for i in range(NUM_CLIENTS):
+        v, w = row(state.local, i), state.shared
+        want = jax.tree.map(lambda v_, g, w_: v_ - lr * (g + lam * (v_ - w_)), v, _grad(v, train, i), w)
+        for got, exp in zip(jax.tree.leaves(row(new.local, i)), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
+
+
+def test_apfl_evaluates_mixed_model_and_updates_v_through_it(fed):
+    train, test = fed
+    lr, alpha = 0.05, 0.25
+    state, _ = apfl.round(_full_batch(apfl, fed, alpha=alpha), train)
+    new, _ = apfl.round(state, train)
+    for i in range(NUM_CLIENTS):
+        v, w = row(state.local, i), state.shared
+        g = _grad(apfl.mixed(v, w, alpha), train, i)
+        want = jax.tree.map(lambda v_, g_: v_ - lr * alpha * g_, v, g)
+        for got, exp in zip(jax.tree.leaves(row(new.local, i)), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
+    acc = np.asarray(apfl.evaluate(new, test)["accuracy"])
+    for i in range(NUM_CLIENTS):
+        personal = apfl.mixed(row(new.local, i), new.shared, alpha)
+        logits = MODEL.apply(personal, test.x[i])
+        want = masked_mean((jnp.argmax(logits, -1) == test.y[i]).astype(jnp.float32), test.mask[i])
+        assert acc[i] == pytest.approx(float(want))
+
+
+def test_scaffold_matches_hand_computation(fed):
+    train, _ = fed
+    lr = 0.05
+    two = train.take(jnp.array([0, 1]))
+    state, _ = scaffold.round(_full_batch(scaffold, fed), two)
+    c, w = state.shared["c"], state.shared["params"]
+    assert not leaves_equal(row(state.local, 0), c)  # c_i != c, so the correction is active
+    new, _ = scaffold.round(state, two)
+    local_models, deltas_c = [], []
+    for i in range(2):
+        c_i = row(state.local, i)
+        w_i = jax.tree.map(lambda w_, g, ci, cc: w_ - lr * (g - ci + cc), w, _grad(w, train, i), c_i, c)
+        k = 1  # one epoch of one full batch
+        c_plus = jax.tree.map(lambda ci, cc, a, b: ci - cc + (a - b) / (k * lr), c_i, c, w, w_i)
+        for got, exp in zip(jax.tree.leaves(row(new.local, i)), jax.tree.leaves(c_plus)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-5)
+        local_models.append(w_i)
+        deltas_c.append(jax.tree.map(lambda a, b: a - b, c_plus, c_i))
+    want_w = jax.tree.map(lambda w_, a, b: w_ + ((a - w_) + (b - w_)) / 2, w, *local_models)
+    want_c = jax.tree.map(lambda c_, a, b: c_ + (2 / NUM_CLIENTS) * (a + b) / 2, c, *deltas_c)
+    for got, exp in zip(jax.tree.leaves(new.shared), jax.tree.leaves({"c": want_c, "params": want_w})):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-5)
+    assert leaves_equal(row(new.local, 3), row(state.local, 3))  # non-participants keep c_i
+
+
+def test_configs_validate():
+    for bad in (lambda: fedprox.Config(mu=-1), lambda: ditto.Config(lam=-1), lambda: apfl.Config(alpha=1.5),
+                lambda: scaffold.Config(global_lr=0), lambda: fedrep.Config(head_epochs=-1),
+                lambda: fedbabu.Config(finetune_parts=("tail",)), lambda: local_only.Config(momentum=1.0)):
+        with pytest.raises(ValueError):
+            bad()
