@@ -5,12 +5,14 @@
     state, metrics = pflax.fedpac.round(state, batch)
 """
 from . import core, data, metrics, models
-from .algorithms import apfl, ditto, fedavg, fedavg_ft, fedbabu, fedpac, fedper, fedprox, fedrep, lg_fedavg, local_only, scaffold
+from .algorithms import (apfl, ditto, fedavg, fedavg_ft, fedbabu, fednova, fedpac, fedper, fedprox, fedrep, fedrod, knnper,
+                         lg_fedavg, local_only, pfedme, scaffold)
 from .core.execution import Execution
 
 __version__ = "0.1.0"
 __all__ = [
     "core", "data", "metrics", "models", "fedpac", "Execution",
     # baselines (spec D), one module each
-    "apfl", "ditto", "fedavg", "fedavg_ft", "fedbabu", "fedper", "fedprox", "fedrep", "lg_fedavg", "local_only", "scaffold",
+    "apfl", "ditto", "fedavg", "fedavg_ft", "fedbabu", "fednova", "fedper", "fedprox", "fedrep", "fedrod", "knnper",
+    "lg_fedavg", "local_only", "pfedme", "scaffold",
 ]

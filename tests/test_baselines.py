@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pflax.algorithms import apfl, base, ditto, fedavg, fedavg_ft, fedbabu, fedper, fedprox, fedrep, lg_fedavg, local_only, scaffold
+from pflax.algorithms import (apfl, base, ditto, fedavg, fedavg_ft, fedbabu, fednova, fedper, fedprox, fedrep, fedrod, knnper,
+                              lg_fedavg, local_only, pfedme, scaffold)
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.data import fedpac_shards, from_partition, synthetic
 from pflax.models import mlp
@@ -18,7 +19,7 @@ MODEL = mlp(NUM_CLASSES, hidden=(32,))
 KEY = jax.random.PRNGKey(0)
 # Fast-learning setting shared by the tests (one compilation per algorithm serves both of its tests).
 FAST = dict(lr=0.05, batch_size=20, local_epochs=2)
-FINE_TUNED = (fedavg_ft, fedbabu)  # evaluate(state, test, train)
+NEEDS_TRAIN = (fedavg_ft, fedbabu, knnper)  # evaluate(state, test, train)
 
 
 @pytest.fixture(scope="module")
@@ -51,23 +52,25 @@ def start(mod, fed, **overrides):
 
 def accuracy(mod, state, fed) -> np.ndarray:
     train, test = fed
-    out = mod.evaluate(state, test, train) if mod in FINE_TUNED else mod.evaluate(state, test)
+    out = mod.evaluate(state, test, train) if mod in NEEDS_TRAIN else mod.evaluate(state, test)
     return np.asarray(out["accuracy"])
 
 
 # ------------------------------------------------------------------------------------------ learning
-# Personalized models clear 0.35; the global models (FedProx, SCAFFOLD) and APFL's mixed model, which
+# Personalized models clear 0.35; the global models (FedProx, SCAFFOLD, FedNova), pFedMe (lam = 10 keeps
+# theta_i near w) and APFL's mixed model, which
 # is 75% global at alpha = 0.25, reach ~0.27-0.32 after 3 rounds on these non-IID clients.
 PERSONAL, GLOBALISH = 0.35, 0.25
 LEARNERS = [(local_only, PERSONAL), (fedavg_ft, PERSONAL), (fedper, PERSONAL), (lg_fedavg, PERSONAL), (fedrep, PERSONAL),
-            (fedbabu, PERSONAL), (fedprox, GLOBALISH), (ditto, PERSONAL), (apfl, GLOBALISH), (scaffold, GLOBALISH)]
+            (fedbabu, PERSONAL), (fedprox, GLOBALISH), (ditto, PERSONAL), (apfl, GLOBALISH), (scaffold, GLOBALISH),
+            (fedrod, PERSONAL), (knnper, PERSONAL), (pfedme, GLOBALISH), (fednova, GLOBALISH)]
 
 
 @pytest.mark.parametrize("mod,floor", LEARNERS, ids=[m.__name__.rsplit(".", 1)[-1] for m, _ in LEARNERS])
 def test_learns(mod, floor, fed):
     train, _ = fed
     state = start(mod, fed)
-    before = accuracy(mod, state, fed).mean() if mod not in FINE_TUNED else 0.1
+    before = accuracy(mod, state, fed).mean() if mod not in NEEDS_TRAIN else 0.1
     for _ in range(3):
         state, metrics = mod.round(state, train)
         assert not bool(metrics["nonfinite"])
@@ -243,8 +246,97 @@ def test_scaffold_matches_hand_computation(fed):
     assert leaves_equal(row(new.local, 3), row(state.local, 3))  # non-participants keep c_i
 
 
+def test_fedrod_balanced_softmax_and_personal_path(fed):
+    train, test = fed
+    counts = np.bincount(np.asarray(train.y[0])[np.asarray(train.mask[0])], minlength=NUM_CLASSES)
+    offsets = np.asarray(fedrod.balanced_offsets(train.y[0], train.mask[0], NUM_CLASSES, 1.0))
+    np.testing.assert_allclose(offsets[counts > 0], np.log(counts[counts > 0]), rtol=1e-6)
+    assert np.all(offsets[counts == 0] <= -1e8)  # absent classes leave the client's softmax
+    state = start(fedrod, fed)
+    assert all(float(jnp.abs(a).max()) == 0.0 for a in jax.tree.leaves(state.local))  # personal = generic at start
+    new, _ = fedrod.round(state, train)
+    assert set(new.shared) == {"body", "head"} and not rows_identical(new.local["personal"])
+    acc = np.asarray(fedrod.evaluate(new, test)["accuracy"])
+    for i in range(NUM_CLIENTS):
+        logits = (MODEL.apply(new.shared, test.x[i])
+                  + MODEL.logits_from_features(row(new.local, i)["personal"], MODEL.features(new.shared["body"], test.x[i])))
+        want = masked_mean((jnp.argmax(logits, -1) == test.y[i]).astype(jnp.float32), test.mask[i])
+        assert acc[i] == pytest.approx(float(want))
+
+
+def test_knn_probabilities_by_hand():
+    keys = jnp.array([[0.0, 0.0], [1.0, 0.0], [0.0, 3.0], [9.0, 9.0]])
+    labels = jnp.array([0, 1, 1, 0])
+    valid = jnp.array([True, True, True, False])  # padding never votes, however near
+    query = jnp.array([[0.1, 0.0], [9.0, 9.0]])
+    p = np.asarray(knnper.knn_probabilities(query, keys, labels, valid, 2, k=2, scale=1.0))
+    d = np.array([0.01, 0.81])  # the two nearest valid keys of query 0 (labels 0 and 1)
+    w = np.exp(-d / 2)
+    np.testing.assert_allclose(p[0], [w[0] / w.sum(), w[1] / w.sum()], rtol=1e-5)
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_knnper_trains_as_fedavg_and_lam_zero_is_the_global_model(fed):
+    train, test = fed
+    state, _ = knnper.round(start(knnper, fed), train)
+    avg, _ = fedavg.round(fedavg.init(KEY, MODEL, train.x[0], NUM_CLIENTS, fedavg.Config(**FAST)), train)
+    for a, b in zip(jax.tree.leaves(avg.params), jax.tree.leaves(state.shared)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    plain = knnper._evaluate(state.replace(config=knnper.Config(**FAST, lam=0.0)), test, train)["accuracy"]
+    np.testing.assert_array_equal(np.asarray(plain), np.asarray(fedavg.evaluate(avg.replace(params=state.shared), test)["accuracy"]))
+    with_knn = np.asarray(knnper.evaluate(state, test, train)["accuracy"])
+    assert with_knn.mean() > np.asarray(plain).mean()  # the local memory personalises
+
+
+def test_pfedme_matches_hand_computation(fed):
+    train, _ = fed
+    cfg = dict(lr=0.05, personal_lr=0.02, lam=10.0, inner_steps=3, beta=0.7)
+    state = _full_batch(pfedme, fed, **cfg)
+    two = train.take(jnp.array([0, 1]))
+    new, _ = pfedme.round(state, two)
+    w = state.shared
+    locals_ = []
+    for i in range(2):
+        theta = w
+        for _ in range(cfg["inner_steps"]):
+            g = _grad(theta, train, i)
+            theta = jax.tree.map(lambda t, g_, w_: t - cfg["personal_lr"] * (g_ + cfg["lam"] * (t - w_)), theta, g, w)
+        for got, exp in zip(jax.tree.leaves(row(new.local, i)), jax.tree.leaves(theta)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-6)
+        locals_.append(jax.tree.map(lambda w_, t: w_ - cfg["lr"] * cfg["lam"] * (w_ - t), w, theta))
+    want = jax.tree.map(lambda w_, a, b: (1 - cfg["beta"]) * w_ + cfg["beta"] * (a + b) / 2, w, *locals_)
+    for got, exp in zip(jax.tree.leaves(new.shared), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-6)
+
+
+def test_fednova_normalises_by_local_steps(fed):
+    train, _ = fed
+    # ||a||_1 of heavy-ball SGD: the sum of every gradient's total coefficient, by simulation.
+    rho, tau = 0.5, 7
+    coeff = [sum(rho**j for j in range(tau - k)) for k in range(tau)]
+    assert float(fednova.momentum_norm(jnp.array(tau), rho)) == pytest.approx(sum(coeff), rel=1e-6)
+    assert float(fednova.momentum_norm(jnp.array(tau), 0.0)) == tau
+    # Unequal sizes: client 1 takes 3 steps per epoch, the others 5.
+    train = train.replace(mask=train.mask.at[1, 60:].set(False))
+    state = start(fednova, fed)
+    new, metrics = fednova.round(state, train)
+    inputs = base.client_inputs(state, train)
+    train_full = jax.jit(base.train_full, static_argnums=(2, 3))
+    sizes = np.asarray(train.sizes, np.float64)
+    p = sizes / sizes.sum()
+    norms = np.array([float(fednova.momentum_norm(jnp.array(2 * int(np.ceil(n / 20))), 0.5)) for n in sizes])
+    np.testing.assert_allclose(np.asarray(metrics["tau_norm"]), norms, rtol=1e-6)
+    tau_eff = float(np.sum(p * norms))
+    trained = [train_full(state.shared, row(inputs, i), MODEL, state.config)[0] for i in range(NUM_CLIENTS)]
+    want = jax.tree.map(lambda w_, *ws: w_ - tau_eff * sum(pi * (w_ - wi) / ni for pi, wi, ni in zip(p, ws, norms)),
+                        state.shared, *trained)
+    for got, exp in zip(jax.tree.leaves(new.shared), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
+
+
 def test_configs_validate():
-    for bad in (lambda: fedprox.Config(mu=-1), lambda: ditto.Config(lam=-1), lambda: apfl.Config(alpha=1.5),
+    for bad in (lambda: knnper.Config(lam=2.0), lambda: pfedme.Config(inner_steps=0), lambda: fedrod.Config(gamma=-1),
+                lambda: fedprox.Config(mu=-1), lambda: ditto.Config(lam=-1), lambda: apfl.Config(alpha=1.5),
                 lambda: scaffold.Config(global_lr=0), lambda: fedrep.Config(head_epochs=-1),
                 lambda: fedbabu.Config(finetune_parts=("tail",)), lambda: local_only.Config(momentum=1.0)):
         with pytest.raises(ValueError):

@@ -146,6 +146,13 @@ def num_samples(client: dict) -> Array:
     return client["mask"].sum().astype(jnp.float32)
 
 
+def local_steps(mask: Array, cfg: SGDConfig) -> Array:
+    """Optimiser steps one client takes in a round: minibatches with at least one real sample over
+    ``local_epochs`` epochs, ``E * ceil(n_i / B)`` (0 for a client without data)."""
+    n = mask.sum()
+    return cfg.local_epochs * ((n + cfg.batch_size - 1) // cfg.batch_size)
+
+
 def ce_loss(model: SplitModel) -> Callable:
     """Masked mean cross-entropy of the full model, in :func:`local_train`'s loss signature."""
 

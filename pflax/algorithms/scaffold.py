@@ -57,12 +57,6 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
     )
 
 
-def local_steps(mask, cfg: Config):
-    """``K_i``: minibatches with at least one real sample over E epochs (``E * ceil(n_i / B)``)."""
-    n = mask.sum()
-    return cfg.local_epochs * ((n + cfg.batch_size - 1) // cfg.batch_size)
-
-
 def _client_update(client, shared, model, cfg: Config):
     w0, c, c_i = shared["params"], shared["c"], client["local"]
     ce = base.ce_loss(model)
@@ -73,7 +67,7 @@ def _client_update(client, shared, model, cfg: Config):
         return ce(p, batch, w) + drift
 
     w_i, loss_value = base.train(w0, loss, client, cfg)
-    k = local_steps(client["mask"], cfg)
+    k = base.local_steps(client["mask"], cfg)
     scale = jnp.where(k > 0, 1.0 / (jnp.maximum(k, 1) * cfg.lr), 0.0)
     # A client with no step keeps its control variate (c_i+ = c_i).
     c_new = jax.tree.map(lambda ci, cc, a, b: jnp.where(k > 0, ci - cc + (a - b) * scale, ci), c_i, c, w0, w_i)

@@ -58,6 +58,11 @@ def _zero_invalid(a: Array, valid: Array) -> Array:
     return jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, jnp.zeros((), a.dtype))
 
 
+def gather_minibatch(data: dict, idx: Array, valid: Array) -> dict:
+    """Rows ``idx`` of every per-sample array, with padding slots zeroed (for custom step loops)."""
+    return jax.tree.map(lambda a: _zero_invalid(a[idx], valid), data)
+
+
 def sgd_steps(
     params: PyTree,
     loss_fn: LossFn,
