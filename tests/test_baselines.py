@@ -334,6 +334,23 @@ def test_fednova_normalises_by_local_steps(fed):
         np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
 
 
+def test_registry_and_common_api():
+    import pflax
+    from pflax.algorithms import EVALUATE_NEEDS_TRAIN, REGISTRY
+
+    baselines = {m for m, _ in LEARNERS}
+    assert baselines <= set(REGISTRY.values())
+    assert {n for n, m in REGISTRY.items() if m in NEEDS_TRAIN} == EVALUATE_NEEDS_TRAIN
+    for name, mod in REGISTRY.items():
+        assert getattr(pflax, name) is mod
+        for attr in ("Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"):
+            assert hasattr(mod, attr), (name, attr)
+        assert mod.__doc__ and len(mod.__doc__) > 200, name  # the rule and its choices are documented
+    state = local_only.init(KEY, MODEL, jnp.zeros((1, 12, 12, 1)), 10)
+    ids = np.asarray(local_only.sample_clients(state, 0.3))
+    assert len(ids) == 3 and np.all(np.diff(ids) > 0)
+
+
 def test_configs_validate():
     for bad in (lambda: knnper.Config(lam=2.0), lambda: pfedme.Config(inner_steps=0), lambda: fedrod.Config(gamma=-1),
                 lambda: fedprox.Config(mu=-1), lambda: ditto.Config(lam=-1), lambda: apfl.Config(alpha=1.5),
