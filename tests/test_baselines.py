@@ -46,7 +46,7 @@ def start(mod, fed, **overrides):
     train, _ = fed
     cfg = mod.Config(**{**FAST, **overrides})
     state = mod.init(KEY, MODEL, train.x[0], NUM_CLIENTS, cfg)
-    mod.check_inputs(state, train)
+    mod.check_inputs(state, train, fed[1])
     return state
 
 
@@ -349,6 +349,18 @@ def test_registry_and_common_api():
     state = local_only.init(KEY, MODEL, jnp.zeros((1, 12, 12, 1)), 10)
     ids = np.asarray(local_only.sample_clients(state, 0.3))
     assert len(ids) == 3 and np.all(np.diff(ids) > 0)
+
+
+def test_check_inputs_pairs_train_and_test_rows(fed):
+    from pflax.data import DataError
+
+    train, test = fed
+    state = knnper.init(KEY, MODEL, train.x[0], NUM_CLIENTS, knnper.Config(**FAST))
+    knnper.check_inputs(state, train, test)
+    with pytest.raises(DataError, match="same clients"):
+        knnper.check_inputs(state, train, test.take(jnp.array([1, 0, 2, 3, 4])))
+    with pytest.raises(DataError):
+        knnper.check_inputs(state.replace(num_clients=3), train)  # client ids outside the federation
 
 
 def test_configs_validate():

@@ -245,10 +245,13 @@ def evaluate_finetuned(state: State, test: ClientData, train_data: ClientData,
 
 
 def check_inputs(state: State, batch: ClientData, test: ClientData | None = None) -> None:
-    """Eager, readable validation of a round's (and optionally a test set's) inputs."""
+    """Eager, readable validation of a round's (and optionally a test set's) inputs. ``test`` rows must
+    be the same clients as ``batch``'s, in the same order: ``round(state, batch, test)`` and the
+    evaluations that personalise on training data pair them row by row."""
     check_batch(state.num_clients, state.model.num_classes, batch, "batch")
     if test is not None:
         check_batch(state.num_clients, state.model.num_classes, test, "test")
+        check_same_clients(batch, test)
 
 
 def check_same_clients(a: ClientData, b: ClientData) -> None:
