@@ -158,7 +158,7 @@ def test_short_real_fashion_mnist_run_learns(fmnist_dir):
 
     ds = load_idx_dir(fmnist_dir, "fashion_mnist")
     assert ds.x_train.shape == (60000, 28, 28, 1) and ds.num_classes == 10
-    train, test = federate_fedpac(ds, num_clients=5, train_per_client=100, test_per_client=100)
+    train, test = federate_fedpac(ds, num_clients=5, train_per_client=200, test_per_client=100)
     model = pflax.models.fedpac_cnn("fmnist")
     state = fedpac.init(jax.random.PRNGKey(0), model, train.x[0], 5, fedpac.Config(body_epochs=2))
     fedpac.check_inputs(state, train, test)
