@@ -145,8 +145,8 @@ def test_distance_near_zero_for_identical_and_one_for_disjoint_labels():
 
 def test_vmapped_pairs_equal_pairs_one_by_one():
     rng = np.random.default_rng(1)
-    fed = _gauss_federation(rng, [[0, 1], [0, 1, 2], [2, 3], [1, 3]], n=120, shifts=[0, 0.3, 0, 1.0])
-    cfg = DiscConfig(max_rounds=150)
+    fed = _gauss_federation(rng, [[0, 1], [0, 1, 2], [1, 3]], n=120, shifts=[0, 0.3, 1.0])
+    cfg = DiscConfig(max_rounds=120)
     key = jax.random.key(3)
     together = estimate_distances(fed, 4, key, cfg)
     for k, (i, j) in enumerate(together["pairs"]):
@@ -168,7 +168,7 @@ def test_encoder_hook_is_applied():
     rng = np.random.default_rng(4)
     fed = _gauss_federation(rng, [[0, 1], [0, 1]], n=60)
     # A frozen encoder that erases everything: the discriminator sees identical inputs.
-    out = estimate_distances(fed, 4, jax.random.key(0), DiscConfig(max_rounds=50),
+    out = estimate_distances(fed, 4, jax.random.key(0), DiscConfig(max_rounds=20),
                              encoder=lambda x: x[:, :2] * 0.0)
     assert out["D"].shape == (2, 2)
 

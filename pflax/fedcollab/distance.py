@@ -15,6 +15,7 @@ All N(N-1)/2 pairs are independent, so they are trained together: the pairs are 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Optional
 
@@ -213,6 +214,12 @@ def _train_pairs(init_params, pairs: Array, tr: dict, va: dict, key: Array, mode
     return state["best"], state["rounds"] + 1
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled(model: Discriminator, config: DiscConfig):
+    """One jitted trainer per (model, config): repeated estimates (subsets of pairs) reuse it."""
+    return jax.jit(functools.partial(_train_pairs, model=model, cfg=config))
+
+
 def estimate_distances(
     train: ClientData,
     num_labels: int,
@@ -240,8 +247,7 @@ def estimate_distances(
     init_params = model.init(k_init, tr.x[0, :1], tr.y[0, :1])["params"]  # the same start for every pair
     pairs = pair_list(n) if pairs is None else np.asarray(pairs, np.int32)
     as_dict = lambda d: {"x": d.x, "y": d.y, "mask": d.mask}
-    run = jax.jit(lambda p0, prs, t, v, k: _train_pairs(p0, prs, t, v, k, model, config))
-    best, rounds = run(init_params, jnp.asarray(pairs), as_dict(tr), as_dict(va), k_train)
+    best, rounds = _compiled(model, config)(init_params, jnp.asarray(pairs), as_dict(tr), as_dict(va), k_train)
     best = np.asarray(best, np.float64)
     dist = np.zeros((n, n))
     dist[pairs[:, 0], pairs[:, 1]] = best - 1.0
