@@ -43,6 +43,12 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def regenerate_table(path: str) -> None:
+    """Rewrite ``table.md`` beside a finished ``results.json``."""
+    results = json.loads(Path(path).read_text())
+    (Path(path).parent / "table.md").write_text(table(results))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(Path(os.environ.get("PFLAX_DATASETS", REPO.parent / "shared" / "datasets")) / "fashion_mnist"))
@@ -79,7 +85,7 @@ def main(argv=None) -> None:
         dist = out["D"]
         disc_info = {"rounds_per_pair": {"min": int(out["rounds"].min()), "max": int(out["rounds"].max()),
                                          "mean": float(out["rounds"].mean())}}
-    disc_info.update(D=np.round(dist, 4).tolist(), seconds=round(time.time() - t0, 1))
+    disc_info.update(D=dist.tolist(), seconds=round(time.time() - t0, 1))
     results["distances"] = disc_info
     log(f"distances in {disc_info['seconds']} s")
     (OUT / "results.json").write_text(json.dumps(results, indent=1))  # reusable with --distances
@@ -124,6 +130,11 @@ def table(results: dict) -> str:
              "paper = mean of 5 seeds.", ""]
     if results["note"]:
         lines += [f"**{results['note']}**", ""]
+    if "reused_from" in results["distances"]:
+        lines += [f"Distance matrix reused from `{results['distances']['reused_from']}` (same seed and settings, "
+                  "estimated there in full). It was stored to 4 decimals, which can only move exact ties: the "
+                  "ignore-distances ablation is one (all off-diagonal distances equal, all large clients alike), so "
+                  "*which* large clients join the small ones there is arbitrary.", ""]
     lines += ["| method | coalitions | Acc | IPR | RSD | paper Acc | paper IPR | paper RSD |", "|---|---|---|---|---|---|---|---|"]
     for name, m in results["methods"].items():
         paper = PAPER[name]

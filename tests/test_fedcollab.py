@@ -164,6 +164,14 @@ def test_disc_splits_equal_train_size_stratified():
     assert np.asarray(va.mask).sum(1).tolist() == [40, 20]
 
 
+def test_distances_reject_empty_clients():
+    rng = np.random.default_rng(5)
+    fed = _gauss_federation(rng, [[0, 1], [0, 1]], n=20)
+    fed = fed.replace(mask=fed.mask.at[1].set(False))
+    with pytest.raises(DataError, match="exclude empty clients"):
+        estimate_distances(fed, 4, jax.random.key(0))
+
+
 def test_encoder_hook_is_applied():
     rng = np.random.default_rng(4)
     fed = _gauss_federation(rng, [[0, 1], [0, 1]], n=60)
