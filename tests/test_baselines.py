@@ -80,6 +80,15 @@ def test_learns(mod, floor, fed):
     # Chance is 0.1.
     assert after.mean() > floor and after.mean() > before + 0.15, (before, after)
 
+    # A participant without data (its padding NaN) changes nothing of its own and never poisons the
+    # state. (pFedMe's theta_i restarts from w^t every round, the Moreau point of an empty objective.)
+    empty = train.replace(mask=train.mask.at[1].set(False), x=train.x.at[1].set(jnp.nan))
+    new, metrics = mod.round(state, empty)
+    assert not bool(metrics["nonfinite"]) and float(metrics["n"][1]) == 0.0
+    assert all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree.leaves(new) if jnp.issubdtype(a.dtype, jnp.floating))
+    if mod is not pfedme:
+        assert leaves_equal(row(new.local, 1), row(state.local, 1))
+
 
 # ------------------------------------------------------------------------------------ defining rules
 def test_local_only_never_communicates(fed):

@@ -14,7 +14,9 @@ Deliberate choices: ``lam = 10`` and ``K = 5`` (FedPAC's search, spec D); ``beta
 ``lr = personal_lr = 0.01`` (FedPAC's common lr). Both updates are pFedMe's own plain steps, so
 the common setting's momentum and weight decay are not used. ``theta_i`` restarts from ``w^t`` in
 every round (the personal model is not sent to the server, and the received global model is the
-better warm start after aggregation); a minibatch without real samples changes nothing.
+better warm start after aggregation); a minibatch without real samples changes nothing, so a
+participant without data ends the round with ``theta_i = w^t`` (the minimiser of an empty objective
+plus the proximal term).
 """
 from __future__ import annotations
 
