@@ -2,7 +2,6 @@
 coalition training, new-client placement, and the paper's data setups."""
 from __future__ import annotations
 
-import itertools
 import math
 
 import jax
@@ -11,11 +10,10 @@ import pytest
 
 from pflax.algorithms import fedavg
 from pflax.data import DataError, from_partition, load_idx_dir
-from pflax.fedcollab import (DiscConfig, ablate, all_partitions, assign_new_client, canonical, coalitions_of,
+from pflax.fedcollab import (DiscConfig, ablate, all_partitions, assign_new_client, canonical,
                              estimate_distances, fmnist_label_shift, label_shift_partition, objective, objectives,
                              permute_labels, rotate_symmetric, solve, train_coalitions)
 from pflax.fedcollab.distance import disc_splits
-from pflax.models import mlp
 
 
 # ----------------------------------------------------------------------------------------- objective
