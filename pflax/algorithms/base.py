@@ -33,7 +33,7 @@ from ..data.clients import ClientData
 from ..data.sources import DataError
 from ..metrics import masked_accuracy
 from ..models import SplitModel
-from .common import check_batch, guard_finite, init_heads, num_sampled, stack_heads_at
+from .common import check_batch, guard_finite, init_heads, sample_clients, stack_heads_at  # noqa: F401 (sample_clients is part of the API)
 
 Array = jax.Array
 PyTree = Any
@@ -107,15 +107,6 @@ def init_state(
         model=model,
         config=config,
     )
-
-
-def sample_clients(state: State, fraction: float = 1.0) -> Array:
-    """Sorted participant ids from the state's own sampling stream (``fold_in(sampling_key, round)``)."""
-    m = num_sampled(state.num_clients, fraction)
-    if m == state.num_clients:
-        return jnp.arange(m, dtype=jnp.int32)
-    key = jax.random.fold_in(state.sampling_key, state.round)
-    return jnp.sort(jax.random.permutation(key, state.num_clients)[:m]).astype(jnp.int32)
 
 
 def take(tree: PyTree, ids: Array) -> PyTree:

@@ -34,7 +34,7 @@ def num_sampled(num_clients: int, fraction: float) -> int:
 def sample_clients(state, fraction: float = 1.0) -> Array:
     """Sorted ids of this round's participants, drawn without replacement from the state's own
     sampling stream (``fold_in(sampling_key, round)``), so sampling never consumes model randomness."""
-    n = jax.tree.leaves(state.heads)[0].shape[0]
+    n = state.num_clients
     m = num_sampled(n, fraction)
     if m == n:
         return jnp.arange(n, dtype=jnp.int32)

@@ -23,7 +23,7 @@ from ..core.train import batched_apply, local_train
 from ..data.clients import ClientData
 from ..metrics import masked_accuracy
 from ..models import SplitModel
-from .common import check_batch, guard_finite, num_sampled
+from .common import check_batch, guard_finite, sample_clients  # noqa: F401 (sample_clients is part of the API)
 
 Array = jax.Array
 PyTree = Any
@@ -73,15 +73,6 @@ def init(key: Array, model: SplitModel, sample_x: Array, num_clients: int, confi
         model=model,
         config=config,
     )
-
-
-def sample_clients(state: State, fraction: float = 1.0) -> Array:
-    """Sorted participant ids, drawn as in FedPAC (``fold_in(sampling_key, round)``)."""
-    m = num_sampled(state.num_clients, fraction)
-    if m == state.num_clients:
-        return jnp.arange(m, dtype=jnp.int32)
-    key = jax.random.fold_in(state.sampling_key, state.round)
-    return jnp.sort(jax.random.permutation(key, state.num_clients)[:m]).astype(jnp.int32)
 
 
 def _client_update(client: dict, params: PyTree, model: SplitModel, cfg: Config) -> dict:
