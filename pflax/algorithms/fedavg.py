@@ -8,7 +8,6 @@ global model on each client's test data.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -23,6 +22,7 @@ from ..core.train import batched_apply, local_train
 from ..data.clients import ClientData
 from ..metrics import masked_accuracy
 from ..models import SplitModel
+from .base import SGDConfig
 from .common import check_batch, guard_finite, sample_clients  # noqa: F401 (sample_clients is part of the API)
 
 Array = jax.Array
@@ -31,22 +31,8 @@ PyTree = Any
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    lr: float = 0.01
-    momentum: float = 0.5
-    weight_decay: float = 5e-4
-    batch_size: int = 50
-    local_epochs: int = 5
-    execution: Execution = Execution()
-
-    def __post_init__(self):
-        if self.lr < 0 or self.weight_decay < 0:
-            raise ValueError("FedAvg lr and weight_decay must be >= 0")
-        if not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"FedAvg momentum must be in [0, 1), got {self.momentum}")
-        if self.batch_size < 1 or self.local_epochs < 0:
-            raise ValueError("FedAvg batch_size must be >= 1 and local_epochs >= 0")
+class Config(SGDConfig):
+    """FedAvg's hyper-parameters: exactly the shared local-SGD setting (FedPAC's common setting)."""
 
 
 @struct.dataclass
