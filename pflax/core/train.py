@@ -24,6 +24,8 @@ Array = jax.Array
 PyTree = Any
 # loss_fn(params, minibatch: dict of arrays [B, ...], weights: [B] 0/1) -> scalar (already a masked mean)
 LossFn = Callable[[PyTree, dict, Array], Array]
+# stateful_loss_fn(params, model_state, minibatch, weights, step_key) -> (loss, new_model_state)
+StatefulLossFn = Callable[[PyTree, PyTree, dict, Array, Any], tuple[Array, PyTree]]
 
 
 def steps_per_epoch(n_max: int, batch_size: int) -> int:
@@ -72,23 +74,49 @@ def sgd_steps(
     optimizer: optax.GradientTransformation,
 ) -> tuple[PyTree, Array]:
     """Run one optimiser step per row of ``indices``; returns new params and the mean minibatch loss."""
+    stateless = lambda p, aux, batch, w, _key: (loss_fn(p, batch, w), aux)
+    params, _, loss = sgd_steps_stateful(params, (), stateless, data, indices, valid, optimizer, None)
+    return params, loss
+
+
+def sgd_steps_stateful(
+    params: PyTree,
+    model_state: PyTree,
+    loss_fn: StatefulLossFn,
+    data: dict,
+    indices: Array,
+    valid: Array,
+    optimizer: optax.GradientTransformation,
+    key: Array | None,
+) -> tuple[PyTree, PyTree, Array]:
+    """:func:`sgd_steps` for models with non-trainable state (BatchNorm running statistics) and
+    per-step randomness (Gumbel noise, dropout).
+
+    ``loss_fn(params, model_state, batch, weights, step_key) -> (loss, new_model_state)``; the step
+    key is ``fold_in(key, step)``. Only ``params`` are optimised; ``model_state`` is threaded through
+    the steps. A minibatch with no real sample changes neither. Returns ``(params, model_state,
+    mean_loss)``.
+    """
     opt_state = optimizer.init(params)
-    grad_fn = jax.value_and_grad(loss_fn)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    steps = jnp.arange(indices.shape[0])
 
     def step(carry, plan):
-        p, s = carry
-        idx, w = plan
+        p, aux, s = carry
+        idx, w, t = plan
+        step_key = jax.random.fold_in(key, t) if key is not None else None
         # Zero the padding slots so their content (even NaN) can never reach a loss or a gradient.
         batch = jax.tree.map(lambda a: _zero_invalid(a[idx], w), data)
-        loss, grads = grad_fn(p, batch, w.astype(jnp.float32))
+        (loss, aux_new), grads = grad_fn(p, aux, batch, w.astype(jnp.float32), step_key)
         updates, s_new = optimizer.update(grads, s, p)
         p_new = optax.apply_updates(p, updates)
         has_data = jnp.any(w)
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(has_data, a, b), new, old)
-        return (keep(p_new, p), keep(s_new, s)), (loss, has_data)
+        return (keep(p_new, p), keep(aux_new, aux), keep(s_new, s)), (loss, has_data)
 
-    (params, _), (losses, active) = jax.lax.scan(step, (params, opt_state), (indices, valid))
-    return params, masked_mean(losses, active)
+    (params, model_state, _), (losses, active) = jax.lax.scan(
+        step, (params, model_state, opt_state), (indices, valid, steps))
+    return params, model_state, masked_mean(losses, active)
 
 
 def local_train(
@@ -112,6 +140,30 @@ def local_train(
         return params, jnp.zeros((), jnp.float32)
     indices, valid = epoch_order(key, mask, epochs, batch_size)
     return sgd_steps(params, loss_fn, data, indices, valid, optimizer)
+
+
+def local_train_stateful(
+    params: PyTree,
+    model_state: PyTree,
+    loss_fn: StatefulLossFn,
+    data: dict,
+    mask: Array,
+    key: Array,
+    *,
+    epochs: int,
+    batch_size: int,
+    optimizer: optax.GradientTransformation,
+) -> tuple[PyTree, PyTree, Array]:
+    """:func:`local_train` for models with state (BatchNorm) and per-step noise: returns
+    ``(params, model_state, mean_loss)``. The shuffling key and the per-step noise keys are
+    independent streams split from ``key``."""
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    if epochs == 0:
+        return params, model_state, jnp.zeros((), jnp.float32)
+    k_order, k_noise = jax.random.split(key)
+    indices, valid = epoch_order(k_order, mask, epochs, batch_size)
+    return sgd_steps_stateful(params, model_state, loss_fn, data, indices, valid, optimizer, k_noise)
 
 
 def batched_apply(fn: Callable[[Array], Array], x: Array, chunk: int = 200) -> Array:

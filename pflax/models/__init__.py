@@ -78,8 +78,8 @@ class TorchDense(nn.Module):
         return x @ kernel + bias
 
 
-def conv_as_matmul(x: Array, kernel: Array, padding: int) -> Array:
-    """Stride-1 'valid' convolution (after symmetric zero padding) written as im2col + one matmul.
+def conv_as_matmul(x: Array, kernel: Array, padding: int, stride: int = 1) -> Array:
+    """'valid' convolution (after symmetric zero padding) written as im2col + one matmul.
 
     ``x``: NHWC, ``kernel``: HWIO. The patches are gathered with static slices, whose transposes
     are pads, so the backward pass is also plain matmuls and adds.
@@ -88,15 +88,18 @@ def conv_as_matmul(x: Array, kernel: Array, padding: int) -> Array:
     if padding:
         x = jnp.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
     n, h, w, _ = x.shape
-    oh, ow = h - kh + 1, w - kw + 1
-    patches = jnp.stack([x[:, i : i + oh, j : j + ow, :] for i in range(kh) for j in range(kw)], axis=3)
+    oh, ow = (h - kh) // stride + 1, (w - kw) // stride + 1
+    span_h, span_w = (oh - 1) * stride + 1, (ow - 1) * stride + 1
+    patches = jnp.stack(
+        [x[:, i : i + span_h : stride, j : j + span_w : stride, :] for i in range(kh) for j in range(kw)], axis=3
+    )
     patches = patches.reshape(n, oh, ow, kh * kw * cin)
     return patches @ kernel.reshape(kh * kw * cin, cout)
 
 
-def conv_native(x: Array, kernel: Array, padding: int) -> Array:
+def conv_native(x: Array, kernel: Array, padding: int, stride: int = 1) -> Array:
     return jax.lax.conv_general_dilated(
-        x, kernel, (1, 1), [(padding, padding), (padding, padding)], dimension_numbers=("NHWC", "HWIO", "NHWC")
+        x, kernel, (stride, stride), [(padding, padding), (padding, padding)], dimension_numbers=("NHWC", "HWIO", "NHWC")
     )
 
 
@@ -105,12 +108,13 @@ def default_conv_impl() -> str:
 
 
 class TorchConv(nn.Module):
-    """``nn.Conv2d`` (stride 1, symmetric zero padding) with PyTorch's default initialisation. NHWC."""
+    """``nn.Conv2d`` (symmetric zero padding) with PyTorch's default initialisation. NHWC."""
 
     features: int
     kernel_size: int
     padding: int = 0
     impl: str = "auto"  # "auto" | "matmul" | "native"
+    stride: int = 1
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -122,9 +126,9 @@ class TorchConv(nn.Module):
         bias = self.param("bias", _torch_uniform(fan_in), (self.features,))
         impl = default_conv_impl() if self.impl == "auto" else self.impl
         if impl == "matmul":
-            y = conv_as_matmul(x, kernel, self.padding)
+            y = conv_as_matmul(x, kernel, self.padding, self.stride)
         elif impl == "native":
-            y = conv_native(x, kernel, self.padding)
+            y = conv_native(x, kernel, self.padding, self.stride)
         else:
             raise ValueError(f"unknown conv impl {impl!r}; expected 'auto', 'matmul' or 'native'")
         return y + bias

@@ -1,0 +1,291 @@
+"""FedPick (Zhu et al., 2023): personalized feature selection with a Gumbel-sigmoid straight-through
+mask, on a FedBN backbone (spec C and F.3; no public implementation exists, so this module is the
+reference, and every ambiguous choice is a documented :class:`Config` field).
+
+Model, per client ``i`` (spec C.1). The shared encoder gives ``z^g`` (k features) and the shared
+global head gives ``y^g = h^g(z^g)``. The personalized feature selection module (PFSM, local) has:
+
+* a mask network ``z^l = phi_i(z^g)``, Linear(k -> k/2) -> ReLU -> Linear(k/2 -> k) (the paper's
+  "Linear(d, d/2)" for the second layer is a typo: the mask needs k entries);
+* a Gumbel-sigmoid ``m^s = sigmoid((z^l + G' - G'') / tau)`` with G', G'' i.i.d. Gumbel(0, 1) in
+  training (``G' - G''`` is one Logistic(0, 1) sample; the paper's "U[0, 1]" is a typo) and no noise
+  at evaluation;
+* a hard mask ``m = 1[m^s >= 0.5]`` in the forward pass with the sigmoid's gradient in the backward
+  pass (straight-through), so at evaluation ``m = 1[z^l >= 0]``;
+* two heads with the architecture of ``h^g``: ``y^p = h^p(z^g * m)`` (selected features) and
+  ``y^u = h^u(z^g * (1 - m))`` (rejected features).
+
+Loss (eq. 15), batch means over real samples, all parameters trained jointly by one SGD:
+``L = CE(y^g) + lam_lce * CE(y^p) + lam_ent * sum_c q^u_c log q^u_c + lam_dis * (KL(q^p||q^g) +
+KL(q^g||q^p))`` with ``q = softmax``. The third term is the *negative* entropy (it pushes the rejected
+branch toward uniform predictions); the distillation acts between ``y^p`` and ``y^g`` (Algorithm 1's
+``(y^p, y^u)`` is a typo); gradients flow into both branches unless ``kl_stop_gradient``.
+
+Server (spec C.4): sample-size weighted FedAvg of the encoder and ``h^g`` *without* their BatchNorm
+layers (FedBN); BN affine parameters and running statistics, and the whole PFSM, stay local.
+Prediction: ``softmax(y^g + y^p)`` (logits summed, ``ensemble="logits"``).
+
+Ablations (Table IV) as switches: ``use_pfsm=False`` (w/o PFSM, exactly FedBN), ``lam_lce=0`` /
+``lam_ent=0`` / ``lam_dis=0`` (w/o each loss), ``mask="soft"`` (``z^p = z^g * m^s``), ``share_bn``,
+``share_pfsm``, ``ensemble="none"`` (predict with ``h^g`` only).
+
+Choices the paper leaves open, with our defaults: ``h^p``/``h^u`` copy ``h^g``'s architecture
+(including its BN layers, which are local like every BN); PFSM reads the encoder output (8192-dim
+flattened conv features for the Digits CNN, the 4096-dim fc2 output for AlexNet); no stop-gradient
+in the KL terms; the ensemble sums logits; every PFSM starts from the same random initialisation; the
+mask network has no BN.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..core.losses import cross_entropy, masked_mean
+from ..core.train import batched_apply
+from ..data.clients import ClientData
+from ..models import TorchDense
+from ..models.bn import BNModel
+from . import base, leafwise
+from .leafwise import Sharing, State, check_inputs, sample_clients  # noqa: F401
+
+Array = jax.Array
+PyTree = Any
+
+__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "selection_mask",
+           "negative_entropy", "symmetric_kl", "loss_terms", "mask_frequency", "mask_overlap"]
+
+MASK_MODES = ("hard", "soft")
+ENSEMBLES = ("logits", "probs", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(leafwise.Config):
+    """FedPick's hyper-parameters. Defaults are the Digits-Five row of Table III (tau 10, lam_lce 10,
+    lam_ent 0.001, lam_dis 10) with FedPick's SGD setting (lr 0.01, momentum 0.5, batch 64, 1 local
+    epoch, no weight decay). :meth:`office` gives the Office-Caltech-10 / DomainNet row."""
+
+    tau: float = 10.0
+    lam_lce: float = 10.0
+    lam_ent: float = 0.001
+    lam_dis: float = 10.0
+    threshold: float = 0.5
+    mask: str = "hard"
+    ensemble: str = "logits"
+    kl_stop_gradient: bool = False
+    use_pfsm: bool = True
+    share_bn: bool = False
+    share_pfsm: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.tau <= 0:
+            raise ValueError(f"tau must be positive, got {self.tau}")
+        if min(self.lam_lce, self.lam_ent, self.lam_dis) < 0:
+            raise ValueError("loss weights lam_lce, lam_ent, lam_dis must be >= 0")
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")
+        if self.mask not in MASK_MODES:
+            raise ValueError(f"mask must be one of {MASK_MODES}, got {self.mask!r}")
+        if self.ensemble not in ENSEMBLES:
+            raise ValueError(f"ensemble must be one of {ENSEMBLES}, got {self.ensemble!r}")
+        if self.head_epochs:
+            raise ValueError("FedPick trains all parameters jointly; head_epochs must be 0")
+        parts = ("encoder", "head") + (("pfsm",) if self.share_pfsm else ())
+        # The sharing rule follows from the switches; it is not set directly.
+        object.__setattr__(self, "sharing", Sharing(parts, bn=self.share_bn))
+
+    @classmethod
+    def digits(cls, **kw) -> "Config":
+        return cls(**{"tau": 10.0, "lam_lce": 10.0, "lam_ent": 0.001, "lam_dis": 10.0, **kw})
+
+    @classmethod
+    def office(cls, **kw) -> "Config":
+        """Office-Caltech-10 and DomainNet (Table III): tau 1, lam_lce 1, lam_ent 0.001, lam_dis 1."""
+        return cls(**{"tau": 1.0, "lam_lce": 1.0, "lam_ent": 0.001, "lam_dis": 1.0, **kw})
+
+
+class MaskNetwork(nn.Module):
+    """phi_i: Linear(k -> k/2) -> ReLU -> Linear(k/2 -> k), PyTorch-default initialisation."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, z: Array) -> Array:
+        h = jax.nn.relu(TorchDense(max(self.features // 2, 1), name="fc0")(z))
+        return TorchDense(self.features, name="fc1")(h)
+
+
+def selection_mask(mask_logits: Array, key: Array | None, tau: float, threshold: float = 0.5,
+                   mode: str = "hard") -> Array:
+    """Gumbel-sigmoid feature mask. ``key=None`` (evaluation) means no noise.
+
+    ``hard``: exactly 0/1 in the forward pass, the sigmoid's gradient backward (straight-through,
+    written ``hard + (soft - stop_gradient(soft))`` so the forward value is exactly binary).
+    ``soft``: the relaxed mask ``m^s`` itself.
+    """
+    noise = jax.random.logistic(key, mask_logits.shape, mask_logits.dtype) if key is not None else 0.0
+    u = (mask_logits + noise) / tau
+    soft = jax.nn.sigmoid(u)
+    if mode == "soft":
+        return soft
+    # sigmoid(u) >= t  <=>  u >= logit(t); compared in the logit domain so that at evaluation the
+    # mask is exactly 1[z^l >= 0] (sigmoid rounds to 0.5 for tiny negative u in float32).
+    hard = (u >= np.log(threshold / (1.0 - threshold))).astype(soft.dtype)
+    return hard + (soft - jax.lax.stop_gradient(soft))
+
+
+def negative_entropy(logits: Array, weights: Array) -> Array:
+    """Masked batch mean of ``sum_c q_c log q_c`` with ``q = softmax(logits)``."""
+    logq = jax.nn.log_softmax(logits)
+    return masked_mean(jnp.sum(jnp.exp(logq) * logq, axis=-1), weights)
+
+
+def symmetric_kl(logits_p: Array, logits_g: Array, weights: Array, stop_gradient: bool = False) -> Array:
+    """Masked batch mean of ``KL(q^p || q^g) + KL(q^g || q^p)``. With ``stop_gradient``, the first
+    argument of each KL is a constant target (each branch is distilled toward the other)."""
+    lp, lg = jax.nn.log_softmax(logits_p), jax.nn.log_softmax(logits_g)
+    sg = jax.lax.stop_gradient if stop_gradient else (lambda a: a)
+    kl_pg = jnp.sum(jnp.exp(sg(lp)) * (sg(lp) - lg), axis=-1)
+    kl_gp = jnp.sum(jnp.exp(sg(lg)) * (sg(lg) - lp), axis=-1)
+    return masked_mean(kl_pg + kl_gp, weights)
+
+
+def forward(model: BNModel, cfg: Config, params: PyTree, stats: PyTree, x: Array, train: bool,
+            mask: Array | None = None, key: Array | None = None) -> tuple[dict, PyTree]:
+    """All branches' logits ``{"global", "selected", "rejected", "mask"}`` and the new BN statistics.
+    Noise is drawn only when ``train`` and a ``key`` is given."""
+    z, s_enc = model.encode(params, stats, x, train, mask)
+    y_g, s_head = model.classify(params["head"], stats["head"], z, train, mask)
+    new_stats = {**stats, "encoder": s_enc, "head": s_head}
+    if not cfg.use_pfsm:
+        return {"global": y_g}, new_stats
+    pfsm, pfsm_stats = params["pfsm"], stats["pfsm"]
+    z_l = MaskNetwork(model.feature_dim).apply({"params": pfsm["mask"]}, z)
+    m = selection_mask(z_l, key if train else None, cfg.tau, cfg.threshold, cfg.mask)
+    y_p, s_p = model.classify(pfsm["head_p"], pfsm_stats["head_p"], z * m, train, mask)
+    y_u, s_u = model.classify(pfsm["head_u"], pfsm_stats["head_u"], z * (1.0 - m), train, mask)
+    new_stats["pfsm"] = {**pfsm_stats, "head_p": s_p, "head_u": s_u}
+    return {"global": y_g, "selected": y_p, "rejected": y_u, "mask": m}, new_stats
+
+
+def loss_terms(model: BNModel, cfg: Config, params, stats, batch: dict, w: Array, key) -> tuple[dict, PyTree]:
+    """The four terms of eq. (15) (unweighted) and the new BN statistics."""
+    out, new_stats = forward(model, cfg, params, stats, batch["x"], True, w, key)
+    terms = {"gce": masked_mean(cross_entropy(out["global"], batch["y"]), w)}
+    if cfg.use_pfsm:
+        terms["lce"] = masked_mean(cross_entropy(out["selected"], batch["y"]), w)
+        terms["ent"] = negative_entropy(out["rejected"], w)
+        terms["dis"] = symmetric_kl(out["selected"], out["global"], w, cfg.kl_stop_gradient)
+    return terms, new_stats
+
+
+def objective(model: BNModel, cfg: Config, params, stats, batch, w, key):
+    terms, new_stats = loss_terms(model, cfg, params, stats, batch, w, key)
+    total = terms["gce"]
+    if cfg.use_pfsm:
+        total = total + cfg.lam_lce * terms["lce"] + cfg.lam_ent * terms["ent"] + cfg.lam_dis * terms["dis"]
+    return total, new_stats
+
+
+def predict(model: BNModel, cfg: Config, variables: PyTree, x: Array) -> Array:
+    """Evaluation-mode scores: ``y^g + y^p`` (default), the sum of probabilities, or ``y^g`` alone."""
+    out, _ = forward(model, cfg, variables["params"], variables["batch_stats"], x, False)
+    if not cfg.use_pfsm or cfg.ensemble == "none":
+        return out["global"]
+    if cfg.ensemble == "probs":
+        return jax.nn.softmax(out["global"]) + jax.nn.softmax(out["selected"])
+    return out["global"] + out["selected"]
+
+
+def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: Config = Config()) -> State:
+    """Every client starts from the same encoder, heads and PFSM."""
+    k_model, k_mask, k_p, k_u, k_rest = jax.random.split(key, 5)
+    variables = model.init(k_model, sample_x[:1])
+    mask_params = MaskNetwork(model.feature_dim).init(k_mask, jnp.zeros((1, model.feature_dim), jnp.float32))["params"]
+    (p_p, s_p), (p_u, s_u) = model.init_head(k_p), model.init_head(k_u)
+    variables["params"]["pfsm"] = {"mask": mask_params, "head_p": p_p, "head_u": p_u}
+    variables["batch_stats"]["pfsm"] = {"mask": {}, "head_p": s_p, "head_u": s_u}
+    return leafwise.init_from_variables(k_rest, variables, num_clients, model, config)
+
+
+def _round(state: State, batch: ClientData, test: ClientData | None = None):
+    new_state, metrics = leafwise.run_round(state, batch, objective)
+    if test is not None:
+        metrics["accuracy"] = leafwise.run_evaluate(new_state, test, predict)["accuracy"]
+    return new_state, metrics
+
+
+round = jax.jit(_round)  # noqa: A001
+round.__doc__ = "One FedPick round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
+
+
+def _evaluate(state: State, test: ClientData) -> dict:
+    return leafwise.run_evaluate(state, test, predict)
+
+
+evaluate = jax.jit(_evaluate)
+evaluate.__doc__ = "Each client's ensemble prediction on its own test split: ``{client_ids, accuracy, n}``."
+
+
+@jax.jit
+def mask_frequency(state: State, data: ClientData) -> Array:
+    """``[clients, k]``: for each client, the fraction of its real samples on which each feature is
+    selected by its own evaluation-mode (noise-free, hard) mask."""
+    if not state.config.use_pfsm:
+        raise ValueError("mask_frequency needs a FedPick state with use_pfsm=True")
+    model, cfg = state.model, state.config
+    variables = leafwise.personal_variables(state, data.client_ids)
+
+    def one(c, _):
+        def masks(xb):
+            return forward(model, cfg, c["v"]["params"], c["v"]["batch_stats"], xb, False)[0]["mask"]
+
+        m = batched_apply(masks, c["x"])
+        w = c["mask"].astype(m.dtype)[:, None]
+        return (m * w).sum(0) / jnp.maximum(w.sum(), 1.0)
+
+    return base.run_clients(state, {"x": data.x, "mask": data.mask, "v": variables}, one, shared=())
+
+
+def mask_overlap(frequency: np.ndarray, threshold: float = 0.5) -> np.ndarray:
+    """Pairwise intersection-over-union of the feature sets clients select on most of their samples
+    (frequency > ``threshold``). Two empty sets have overlap 1."""
+    sel = np.asarray(frequency) > threshold
+    inter = (sel[:, None, :] & sel[None, :, :]).sum(-1)
+    union = (sel[:, None, :] | sel[None, :, :]).sum(-1)
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+
+
+def plot_mask_selection(frequency: np.ndarray, names: list[str], path: str, threshold: float = 0.5) -> None:
+    """Two panels: per-client selection frequency of every feature (features ordered by how many
+    clients select them), and the clients' pairwise mask overlap (IoU)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    freq = np.asarray(frequency)
+    order = np.argsort(-(freq > threshold).sum(0), kind="stable")
+    overlap = mask_overlap(freq, threshold)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 3.8), gridspec_kw={"width_ratios": [3, 1]})
+    im = a.imshow(freq[:, order], aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+    a.set_yticks(range(len(names)), names)
+    a.set_xlabel("feature (sorted by number of clients selecting it)")
+    a.set_title("selection frequency per client")
+    fig.colorbar(im, ax=a)
+    im2 = b.imshow(overlap, cmap="magma", vmin=0, vmax=1)
+    b.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    b.set_yticks(range(len(names)), names)
+    for i in range(len(names)):
+        for j in range(len(names)):
+            b.text(j, i, f"{overlap[i, j]:.2f}", ha="center", va="center", color="w" if overlap[i, j] < 0.6 else "k", fontsize=8)
+    b.set_title("mask overlap (IoU)")
+    fig.colorbar(im2, ax=b)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,220 @@
+"""Models with BatchNorm, split into an ``encoder`` and a ``head`` (FedBN's and FedPick's backbones).
+
+Variables are kept as two trees with the same top-level parts::
+
+    {"params":      {"encoder": ..., "head": ...},
+     "batch_stats": {"encoder": ..., "head": ...}}
+
+so an optimiser only ever sees ``params`` and the running statistics are threaded through training
+as model state. Every BatchNorm module is named ``bn<i>``; :func:`is_bn_path` uses that name (and the
+``batch_stats`` collection) to tell BN leaves apart, which is what FedBN's "keep BN local" needs.
+
+:class:`MaskedBatchNorm` is PyTorch's ``BatchNorm1d/2d`` (momentum 0.1, eps 1e-5, biased variance
+to normalise, unbiased variance in the running estimate) with a per-sample mask, so padded slots of a
+client's minibatch never enter the batch statistics.
+
+Backbones:
+
+* :func:`digits_cnn`: FedBN's ``DigitModel`` (spec C.5): three Conv5x5 (pad 2) layers with 64, 64 and
+  128 channels, each with BN and ReLU, max-pool after the first two; at 32x32x3 the encoder output
+  is ``128 * 8 * 8 = 8192``. Head: FC 2048 -> BN -> ReLU -> FC 512 -> BN -> ReLU -> FC K. ``width``
+  scales every channel/hidden count (``width=1`` is the paper's model).
+* :func:`alexnet_bn`: FedBN's ``AlexNet`` with BN after every conv and FC layer, for Office-Caltech-10
+  and DomainNet (256x256x3). The encoder ends after fc2 + BN + ReLU (k = 4096, the penultimate
+  layer, spec F.3 item 7); the head is the final FC layer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from . import TorchConv, TorchDense, max_pool2
+
+Array = jax.Array
+PyTree = Any
+
+__all__ = ["MaskedBatchNorm", "BNModel", "digits_cnn", "alexnet_bn", "is_bn_path", "apply_part"]
+
+
+class MaskedBatchNorm(nn.Module):
+    """PyTorch-equivalent BatchNorm over the last axis, with an optional per-sample ``mask [B]``.
+
+    Training: normalise with the masked batch mean and biased variance; update the running mean
+    and the running *unbiased* variance with momentum 0.1 (PyTorch's convention). A batch without
+    real samples leaves the running statistics untouched. Evaluation: use the running statistics.
+    """
+
+    momentum: float = 0.1
+    epsilon: float = 1e-5
+
+    @nn.compact
+    def __call__(self, x: Array, train: bool, mask: Array | None = None) -> Array:
+        c = x.shape[-1]
+        scale = self.param("scale", nn.initializers.ones, (c,))
+        bias = self.param("bias", nn.initializers.zeros, (c,))
+        ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))
+        ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((c,), jnp.float32))
+        if not train:
+            mean, var = ra_mean.value, ra_var.value
+        else:
+            axes = tuple(range(x.ndim - 1))
+            w = jnp.ones(x.shape[:1], x.dtype) if mask is None else mask.astype(x.dtype)
+            w = jnp.broadcast_to(w.reshape((-1,) + (1,) * (x.ndim - 1)), x.shape[:-1] + (1,))
+            count = w.sum()
+            safe = jnp.maximum(count, 1.0)
+            mean = (x * w).sum(axes) / safe
+            var = (jnp.square(x - mean) * w).sum(axes) / safe
+            if not self.is_initializing():
+                unbiased = var * count / jnp.maximum(count - 1.0, 1.0)
+                has_data = count > 0
+                m = self.momentum
+                ra_mean.value = jnp.where(has_data, (1 - m) * ra_mean.value + m * mean, ra_mean.value)
+                ra_var.value = jnp.where(has_data, (1 - m) * ra_var.value + m * unbiased, ra_var.value)
+        return (x - mean) * jax.lax.rsqrt(var + self.epsilon) * scale + bias
+
+
+def is_bn_path(path) -> bool:
+    """True for a leaf of a BatchNorm layer: running statistics and BN affine parameters."""
+    names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+    return "batch_stats" in names or any(n.startswith("bn") for n in names)
+
+
+class DigitsEncoder(nn.Module):
+    channels: Sequence[int] = (64, 64, 128)
+    conv_impl: str = "auto"
+
+    @nn.compact
+    def __call__(self, x: Array, train: bool = False, mask: Array | None = None) -> Array:
+        for i, ch in enumerate(self.channels):
+            x = TorchConv(ch, 5, 2, self.conv_impl, name=f"conv{i}")(x)
+            x = jax.nn.relu(MaskedBatchNorm(name=f"bn{i}")(x, train, mask))
+            if i < 2:
+                x = max_pool2(x)
+        return x.reshape(x.shape[0], -1)
+
+
+class BNMLPHead(nn.Module):
+    """FC -> BN -> ReLU blocks, then a linear classifier (FedBN's DigitModel head)."""
+
+    hidden: Sequence[int] = (2048, 512)
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, z: Array, train: bool = False, mask: Array | None = None) -> Array:
+        for i, width in enumerate(self.hidden):
+            z = TorchDense(width, name=f"fc{i}")(z)
+            z = jax.nn.relu(MaskedBatchNorm(name=f"bn{i}")(z, train, mask))
+        return TorchDense(self.num_classes, name="out")(z)
+
+
+def _max_pool(x: Array, window: int, stride: int) -> Array:
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, window, window, 1), (1, stride, stride, 1), "VALID")
+
+
+def adaptive_avg_pool(x: Array, out: int) -> Array:
+    """PyTorch's ``AdaptiveAvgPool2d(out)`` on NHWC: window i spans [floor(i*H/out), ceil((i+1)*H/out))."""
+    _, h, w, _ = x.shape
+    rows = [(math.floor(i * h / out), math.ceil((i + 1) * h / out)) for i in range(out)]
+    cols = [(math.floor(j * w / out), math.ceil((j + 1) * w / out)) for j in range(out)]
+    return jnp.stack(
+        [jnp.stack([x[:, r0:r1, c0:c1, :].mean(axis=(1, 2)) for c0, c1 in cols], axis=1) for r0, r1 in rows], axis=1
+    )
+
+
+class AlexNetBNEncoder(nn.Module):
+    """FedBN's AlexNet up to fc2 + BN + ReLU (output 4096)."""
+
+    @nn.compact
+    def __call__(self, x: Array, train: bool = False, mask: Array | None = None) -> Array:
+        specs = [(64, 11, 4, 2), (192, 5, 1, 2), (384, 3, 1, 1), (256, 3, 1, 1), (256, 3, 1, 1)]
+        for i, (ch, k, stride, pad) in enumerate(specs):
+            x = TorchConv(ch, k, pad, "native", stride=stride, name=f"conv{i}")(x)
+            x = jax.nn.relu(MaskedBatchNorm(name=f"bn{i}")(x, train, mask))
+            if i in (0, 1, 4):
+                x = _max_pool(x, 3, 2)
+        x = adaptive_avg_pool(x, 6).reshape(x.shape[0], -1)
+        for j in range(2):
+            x = TorchDense(4096, name=f"fc{j}")(x)
+            x = jax.nn.relu(MaskedBatchNorm(name=f"bn{5 + j}")(x, train, mask))
+        return x
+
+
+class LinearHead(nn.Module):
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, z: Array, train: bool = False, mask: Array | None = None) -> Array:
+        return TorchDense(self.num_classes, name="out")(z)
+
+
+def apply_part(module: nn.Module, params: PyTree, stats: PyTree, x: Array, train: bool,
+               mask: Array | None = None) -> tuple[Array, PyTree]:
+    """Run one part; returns ``(output, new_batch_stats)`` (unchanged at evaluation)."""
+    variables = {"params": params, "batch_stats": stats}
+    if not train:
+        return module.apply(variables, x, False, mask), stats
+    out, updated = module.apply(variables, x, True, mask, mutable=["batch_stats"])
+    return out, updated.get("batch_stats", stats)
+
+
+@dataclasses.dataclass(frozen=True)
+class BNModel:
+    """An encoder and a head, both possibly with BatchNorm. Hashable, so it can be a static field."""
+
+    encoder: nn.Module
+    head: nn.Module
+    num_classes: int
+    feature_dim: int
+    name: str = "bn_model"
+
+    def init(self, key: Array, sample_x: Array) -> dict:
+        k_enc, k_head = jax.random.split(key)
+        enc = self.encoder.init(k_enc, sample_x[:1], False)
+        z = self.encoder.apply(enc, sample_x[:1], False)
+        head = self.head.init(k_head, z, False)
+        return {
+            "params": {"encoder": enc["params"], "head": head["params"]},
+            "batch_stats": {"encoder": enc.get("batch_stats", {}), "head": head.get("batch_stats", {})},
+        }
+
+    def init_head(self, key: Array) -> tuple[PyTree, PyTree]:
+        """A fresh head (params, batch_stats) on ``feature_dim`` inputs (FedPick's extra heads)."""
+        v = self.head.init(key, jnp.zeros((1, self.feature_dim), jnp.float32), False)
+        return v["params"], v.get("batch_stats", {})
+
+    def encode(self, params, stats, x, train=False, mask=None):
+        return apply_part(self.encoder, params["encoder"], stats["encoder"], x, train, mask)
+
+    def classify(self, head_params, head_stats, z, train=False, mask=None):
+        return apply_part(self.head, head_params, head_stats, z, train, mask)
+
+    def logits(self, variables: dict, x: Array, train: bool = False, mask: Array | None = None) -> tuple[Array, dict]:
+        """``(logits, new_batch_stats)``; the batch stats are unchanged when ``train`` is False."""
+        p, s = variables["params"], variables["batch_stats"]
+        z, s_enc = self.encode(p, s, x, train, mask)
+        out, s_head = self.classify(p["head"], s["head"], z, train, mask)
+        return out, {**s, "encoder": s_enc, "head": s_head}
+
+
+def digits_cnn(num_classes: int = 10, width: float = 1.0, image_size: int = 32, conv_impl: str = "auto") -> BNModel:
+    """FedBN's DigitModel (FedPick's Digits-Five backbone); ``width`` < 1 shrinks it for CPU runs."""
+    if width <= 0:
+        raise ValueError(f"width must be positive, got {width}")
+    if image_size % 4:
+        raise ValueError(f"image_size must be a multiple of 4, got {image_size}")
+    scale = lambda n: max(int(round(n * width)), 1)
+    channels = (scale(64), scale(64), scale(128))
+    k = channels[-1] * (image_size // 4) ** 2
+    name = "digits_cnn" if width == 1.0 else f"digits_cnn_w{width:g}"
+    return BNModel(DigitsEncoder(channels, conv_impl), BNMLPHead((scale(2048), scale(512)), num_classes),
+                   num_classes, k, name)
+
+
+def alexnet_bn(num_classes: int = 10) -> BNModel:
+    """FedBN's AlexNet with BN (Office-Caltech-10, DomainNet; 256x256x3 input)."""
+    return BNModel(AlexNetBNEncoder(), LinearHead(num_classes), num_classes, 4096, "alexnet_bn")

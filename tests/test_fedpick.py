@@ -1,0 +1,290 @@
+"""FedPick, FedBN and the leaf-level sharing rules on BN backbones: the mask, the losses, what is
+averaged and what is not, BatchNorm semantics, and the offline cross-domain data."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pflax.algorithms import fedbn, fedpick, leafwise
+from pflax.data.clients import ClientData
+from pflax.models.bn import MaskedBatchNorm, digits_cnn, is_bn_path
+
+N_CLIENTS = 3
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return digits_cnn(num_classes=10, width=0.0625, image_size=16)  # channels 4/4/8, k = 128
+
+
+@pytest.fixture(scope="module")
+def tiny_batch():
+    x = jax.random.normal(jax.random.PRNGKey(0), (N_CLIENTS, 40, 16, 16, 3))
+    y = jax.random.randint(jax.random.PRNGKey(1), (N_CLIENTS, 40), 0, 10)
+    # Ragged clients: 40, 33, 26 real samples.
+    mask = jnp.arange(40)[None, :] < jnp.array([40, 33, 26])[:, None]
+    x = jnp.where(mask[..., None, None, None], x, 0.0)
+    return ClientData(x, y, mask, jnp.arange(N_CLIENTS, dtype=jnp.int32))
+
+
+# ------------------------------------------------------------------------------------------- mask
+
+def test_hard_mask_is_binary_forward_and_sigmoid_gradient_backward():
+    z = jax.random.normal(jax.random.PRNGKey(3), (64, 32)) * 3.0
+    key = jax.random.PRNGKey(4)
+    tau = 10.0
+    m = fedpick.selection_mask(z, key, tau)
+    assert set(np.unique(np.asarray(m)).tolist()) <= {0.0, 1.0}
+    noise = jax.random.logistic(key, z.shape)
+    soft = jax.nn.sigmoid((z + noise) / tau)
+    np.testing.assert_array_equal(np.asarray(m), np.asarray((z + noise) / tau >= 0, np.float32))
+    assert np.mean(np.asarray(m) == np.asarray(soft >= 0.5)) > 0.999
+    c = jax.random.normal(jax.random.PRNGKey(5), z.shape)
+    grad = jax.grad(lambda zz: jnp.sum(c * fedpick.selection_mask(zz, key, tau)))(z)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(c * soft * (1 - soft) / tau), rtol=1e-5, atol=1e-7)
+
+
+def test_noise_is_gumbel_difference_and_absent_at_evaluation():
+    z = jnp.linspace(-2.0, 2.0, 101)[None, :].repeat(8, 0)
+    m_eval = fedpick.selection_mask(z, None, tau=10.0)
+    np.testing.assert_array_equal(np.asarray(m_eval), np.asarray(z >= 0, np.float32))
+    # With noise, entries near 0 flip between draws; without it they never do.
+    draws = [np.asarray(fedpick.selection_mask(z, jax.random.PRNGKey(i), tau=10.0)) for i in range(2)]
+    assert (draws[0] != draws[1]).any()
+    # Logistic(0, 1) = difference of two Gumbel(0, 1): variance pi^2 / 3.
+    sample = np.asarray(jax.random.logistic(jax.random.PRNGKey(9), (200_000,)))
+    assert abs(sample.var() - np.pi ** 2 / 3) < 0.05
+
+
+def test_soft_mask_is_the_relaxation():
+    z = jax.random.normal(jax.random.PRNGKey(3), (4, 8))
+    np.testing.assert_allclose(fedpick.selection_mask(z, None, 2.0, mode="soft"), jax.nn.sigmoid(z / 2.0))
+
+
+def test_evaluation_is_deterministic_and_uses_no_noise(tiny_model, tiny_batch):
+    state = fedpick.init(jax.random.PRNGKey(0), tiny_model, tiny_batch.x[0], N_CLIENTS)
+    state, _ = fedpick.round(state, tiny_batch)
+    a = fedpick.evaluate(state, tiny_batch)["accuracy"]
+    b = fedpick.evaluate(state, tiny_batch)["accuracy"]
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    freq = np.asarray(fedpick.mask_frequency(state, tiny_batch.take(jnp.array([0]))))
+    # Evaluation masks are 1[z^l >= 0] computed per sample: check one sample by hand.
+    v = leafwise.personal_variables(state, jnp.array([0]))
+    v0 = jax.tree.map(lambda a: a[0], v)
+    z, _ = tiny_model.encode(v0["params"], v0["batch_stats"], tiny_batch.x[0, :1], False)
+    z_l = fedpick.MaskNetwork(tiny_model.feature_dim).apply({"params": v0["params"]["pfsm"]["mask"]}, z)
+    out, _ = fedpick.forward(tiny_model, state.config, v0["params"], v0["batch_stats"], tiny_batch.x[0, :1], False)
+    np.testing.assert_array_equal(np.asarray(out["mask"]), np.asarray(z_l >= 0, np.float32))
+    assert freq.shape == (1, tiny_model.feature_dim) and 0 <= freq.min() <= freq.max() <= 1
+
+
+# ----------------------------------------------------------------------------------------- losses
+
+def _np_softmax(a):
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_loss_terms_match_hand_computation(tiny_model):
+    cfg = fedpick.Config(tau=2.0, lam_lce=3.0, lam_ent=0.5, lam_dis=7.0)
+    state = fedpick.init(jax.random.PRNGKey(1), tiny_model, jnp.zeros((1, 16, 16, 3)), 1, cfg)
+    v = jax.tree.map(lambda a: a[0], state.clients)
+    x = jax.random.normal(jax.random.PRNGKey(2), (6, 16, 16, 3))
+    y = jnp.array([0, 1, 2, 3, 4, 5])
+    w = jnp.array([1, 1, 1, 1, 0, 0], jnp.float32)
+    key = jax.random.PRNGKey(7)
+    terms, _ = fedpick.loss_terms(tiny_model, cfg, v["params"], v["batch_stats"], {"x": x, "y": y}, w, key)
+    out, _ = fedpick.forward(tiny_model, cfg, v["params"], v["batch_stats"], x, True, w, key)
+    g, p, u = (np.asarray(out[k], np.float64) for k in ("global", "selected", "rejected"))
+    real = np.asarray(w) > 0
+    yy = np.asarray(y)
+
+    def ce(logits):
+        q = _np_softmax(logits)
+        return -np.log(q[np.arange(len(yy)), yy])[real].mean()
+
+    qg, qp, qu = _np_softmax(g), _np_softmax(p), _np_softmax(u)
+    ent = (qu * np.log(qu)).sum(-1)[real].mean()
+    dis = ((qp * (np.log(qp) - np.log(qg))).sum(-1) + (qg * (np.log(qg) - np.log(qp))).sum(-1))[real].mean()
+    np.testing.assert_allclose(float(terms["gce"]), ce(g), rtol=1e-5)
+    np.testing.assert_allclose(float(terms["lce"]), ce(p), rtol=1e-5)
+    np.testing.assert_allclose(float(terms["ent"]), ent, rtol=1e-4)
+    np.testing.assert_allclose(float(terms["dis"]), dis, rtol=1e-4, atol=1e-7)
+    assert float(terms["ent"]) <= 0.0  # negative entropy
+    total, _ = fedpick.objective(tiny_model, cfg, v["params"], v["batch_stats"], {"x": x, "y": y}, w, key)
+    np.testing.assert_allclose(float(total), ce(g) + 3.0 * ce(p) + 0.5 * ent + 7.0 * dis, rtol=1e-4)
+
+
+def test_kl_stop_gradient_option_changes_only_gradients():
+    lp = jax.random.normal(jax.random.PRNGKey(0), (5, 10))
+    lg = jax.random.normal(jax.random.PRNGKey(1), (5, 10))
+    w = jnp.ones(5)
+    assert np.isclose(fedpick.symmetric_kl(lp, lg, w), fedpick.symmetric_kl(lp, lg, w, True))
+    g_free = jax.grad(lambda a: fedpick.symmetric_kl(a, lg, w))(lp)
+    g_stop = jax.grad(lambda a: fedpick.symmetric_kl(a, lg, w, True))(lp)
+    assert not np.allclose(g_free, g_stop)
+    assert fedpick.symmetric_kl(lp, lp, w) == pytest.approx(0.0, abs=1e-6)
+
+
+# ------------------------------------------------------------------------------ sharing and rounds
+
+def _client_keys(state, ids):
+    round_key = jax.random.fold_in(state.key, state.round)
+    return [jax.random.fold_in(round_key, int(i)) for i in ids]
+
+
+def test_round_averages_exactly_the_non_bn_non_pfsm_leaves(tiny_model, tiny_batch):
+    state = fedpick.init(jax.random.PRNGKey(0), tiny_model, tiny_batch.x[0], N_CLIENTS)
+    new, _ = fedpick.round(state, tiny_batch)
+    cfg = state.config
+    # Each client's training, redone by hand from the same start and key.
+    trained = []
+    for i, key in enumerate(_client_keys(state, range(N_CLIENTS))):
+        start = jax.tree.map(lambda a: a[i], state.clients)
+        c = {"x": tiny_batch.x[i], "y": tiny_batch.y[i], "mask": tiny_batch.mask[i], "key": key}
+        trained.append(leafwise._train(start, fedpick.objective, tiny_model, cfg, c)[0])
+    n = np.asarray(tiny_batch.mask.sum(1), np.float64)
+    share = cfg.sharing.mask(state.server)
+    flat_share = jax.tree_util.tree_flatten_with_path(share)[0]
+    leaves_new_server = jax.tree.leaves(new.server)
+    leaves_new_clients = jax.tree.leaves(new.clients)
+    leaves_old_server = jax.tree.leaves(state.server)
+    leaves_trained = [jax.tree.leaves(t) for t in trained]
+    n_bn = n_pfsm = n_shared = 0
+    for j, (path, shared) in enumerate(flat_share):
+        is_pfsm = str(path[1].key) == "pfsm"
+        if shared:
+            n_shared += 1
+            assert not is_bn_path(path) and not is_pfsm
+            mean = sum(n[i] * np.asarray(leaves_trained[i][j], np.float64) for i in range(N_CLIENTS)) / n.sum()
+            np.testing.assert_allclose(np.asarray(leaves_new_server[j]), mean, rtol=2e-4, atol=2e-6)
+        else:
+            n_bn += is_bn_path(path)
+            n_pfsm += is_pfsm
+            assert is_bn_path(path) or is_pfsm
+            # Never averaged: every client keeps exactly what it trained; the server copy is untouched.
+            for i in range(N_CLIENTS):
+                np.testing.assert_allclose(np.asarray(leaves_new_clients[j][i]), np.asarray(leaves_trained[i][j]),
+                                           rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(np.asarray(leaves_new_server[j]), np.asarray(leaves_old_server[j]))
+    assert n_shared and n_bn and n_pfsm
+    # BN running statistics really differ between clients (they saw different data).
+    stats = np.asarray(new.clients["batch_stats"]["encoder"]["bn0"]["mean"])
+    assert not np.allclose(stats[0], stats[1])
+
+
+@pytest.mark.parametrize("switch, part, bn_shared", [("share_bn", "encoder", True), ("share_pfsm", "pfsm", False)])
+def test_share_ablations_average_what_they_name(tiny_model, tiny_batch, switch, part, bn_shared):
+    cfg = fedpick.Config(**{switch: True})
+    state = fedpick.init(jax.random.PRNGKey(0), tiny_model, tiny_batch.x[0], N_CLIENTS, cfg)
+    new, _ = fedpick.round(state, tiny_batch)
+    v = leafwise.personal_variables(new, tiny_batch.client_ids)
+    leaf = v["batch_stats"]["encoder"]["bn0"]["mean"] if bn_shared else v["params"]["pfsm"]["mask"]["fc0"]["kernel"]
+    np.testing.assert_allclose(np.asarray(leaf[0]), np.asarray(leaf[1]))
+
+
+def test_without_pfsm_fedpick_is_fedbn(tiny_model, tiny_batch):
+    key = jax.random.PRNGKey(0)
+    pick = fedpick.init(key, tiny_model, tiny_batch.x[0], N_CLIENTS, fedpick.Config(use_pfsm=False))
+    bn = fedbn.init(key, tiny_model, tiny_batch.x[0], N_CLIENTS)
+    # Same encoder/head initialisation needs the same model key: rebuild FedBN's from FedPick's variables.
+    variables = jax.tree.map(lambda a: a[0], pick.clients)
+    variables = {c: {p: variables[c][p] for p in ("encoder", "head")} for c in variables}
+    bn = leafwise.init_from_variables(jax.random.PRNGKey(1), variables, N_CLIENTS, tiny_model, fedbn.Config())
+    bn = bn.replace(key=pick.key)
+    pick, m1 = fedpick.round(pick, tiny_batch, tiny_batch)
+    bn, m2 = fedbn.round(bn, tiny_batch, tiny_batch)
+    np.testing.assert_allclose(np.asarray(m1["loss"]), np.asarray(m2["loss"]), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(pick.server["params"]["encoder"]["conv0"]["kernel"]),
+                               np.asarray(bn.server["params"]["encoder"]["conv0"]["kernel"]), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(np.asarray(m1["accuracy"]), np.asarray(m2["accuracy"]))
+
+
+@pytest.mark.parametrize("make, shared_part, local_part", [
+    (leafwise.fedper, "encoder", "head"), (leafwise.lg_fedavg, "head", "encoder"), (leafwise.local_only, None, "encoder")])
+def test_partial_sharing_rules(tiny_model, tiny_batch, make, shared_part, local_part):
+    state = leafwise.init(jax.random.PRNGKey(0), tiny_model, tiny_batch.x[0], N_CLIENTS, make())
+    new, metrics = leafwise.round(state, tiny_batch)
+    v = leafwise.personal_variables(new, tiny_batch.client_ids)
+    first = lambda tree: jax.tree.leaves(tree)[0]
+    if shared_part:
+        leaf = first(v["params"][shared_part])
+        np.testing.assert_allclose(np.asarray(leaf[0]), np.asarray(leaf[2]))
+    leaf = first(v["params"][local_part])
+    assert not np.allclose(np.asarray(leaf[0]), np.asarray(leaf[2]))
+    assert np.all(np.isfinite(np.asarray(metrics["loss"])))
+
+
+def test_fedrep_trains_head_before_body_with_the_other_frozen(tiny_model, tiny_batch):
+    cfg = leafwise.fedrep(head_epochs=1, local_epochs=0)  # head phase only: the encoder must not move
+    state = leafwise.init(jax.random.PRNGKey(0), tiny_model, tiny_batch.x[0], N_CLIENTS, cfg)
+    new, _ = leafwise.round(state, tiny_batch)
+    np.testing.assert_array_equal(np.asarray(new.clients["params"]["encoder"]["conv0"]["kernel"]),
+                                  np.asarray(state.clients["params"]["encoder"]["conv0"]["kernel"]))
+    assert not np.allclose(np.asarray(new.clients["params"]["head"]["out"]["kernel"]),
+                           np.asarray(state.clients["params"]["head"]["out"]["kernel"]))
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="tau"):
+        fedpick.Config(tau=0.0)
+    with pytest.raises(ValueError, match="mask"):
+        fedpick.Config(mask="gumbel")
+    with pytest.raises(ValueError, match="ensemble"):
+        fedpick.Config(ensemble="vote")
+    with pytest.raises(ValueError, match="lam"):
+        fedpick.Config(lam_dis=-1.0)
+    with pytest.raises(ValueError, match="prox_mu"):
+        leafwise.fedprox(mu=-0.1)
+    assert fedpick.Config.office().tau == 1.0 and fedpick.Config.digits().lam_dis == 10.0
+
+
+# ------------------------------------------------------------------------------------- BatchNorm
+
+def test_masked_batchnorm_matches_pytorch_semantics():
+    x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    mask = np.array([1, 1, 1, 1, 0, 0], bool)
+    x[~mask] = 1e6  # padded rows must not reach the statistics
+    bn = MaskedBatchNorm()
+    v = bn.init(jax.random.PRNGKey(0), jnp.asarray(x), False)
+    y, upd = bn.apply(v, jnp.asarray(x), True, jnp.asarray(mask), mutable=["batch_stats"])
+    real = x[mask]
+    mean, var = real.mean(0), real.var(0)
+    np.testing.assert_allclose(np.asarray(y)[mask], (real - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(upd["batch_stats"]["mean"], 0.1 * mean, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(upd["batch_stats"]["var"], 0.9 + 0.1 * real.var(0, ddof=1), rtol=1e-5)
+    # Evaluation uses the running statistics.
+    y_eval = bn.apply({"params": v["params"], "batch_stats": upd["batch_stats"]}, jnp.asarray(real), False)
+    rs = upd["batch_stats"]
+    np.testing.assert_allclose(y_eval, (real - rs["mean"]) / np.sqrt(rs["var"] + 1e-5), rtol=1e-4, atol=1e-5)
+    # An all-padding batch leaves the statistics alone.
+    _, upd0 = bn.apply(v, jnp.asarray(x), True, jnp.zeros(6, bool), mutable=["batch_stats"])
+    np.testing.assert_array_equal(upd0["batch_stats"]["mean"], np.zeros(4))
+
+
+def test_digits_cnn_has_the_paper_feature_dim():
+    model = digits_cnn()
+    assert model.feature_dim == 8192
+    shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3))))
+    assert shapes["params"]["head"]["fc0"]["kernel"].shape == (8192, 2048)
+
+
+# ------------------------------------------------------------------------------------------- data
+
+def test_offline_digit_domains(mnist_dir, fmnist_dir):
+    from pflax.data.domains import DOMAINS, digit_domains
+
+    root = mnist_dir.parent
+    train, test, names = digit_domains(root, train_per_domain=50, test_per_domain=40, seed=3)
+    again, _, _ = digit_domains(root, train_per_domain=50, test_per_domain=40, seed=3)
+    assert names == list(DOMAINS) and train.x.shape == (5, 50, 32, 32, 3) and test.x.shape == (5, 40, 32, 32, 3)
+    np.testing.assert_array_equal(np.asarray(train.x), np.asarray(again.x))
+    x = np.asarray(train.x)
+    assert x.min() >= -1.0 and x.max() <= 1.0
+    # Domains differ in low-level statistics (per-domain channel means are far apart).
+    means = x.reshape(5, -1, 3).mean(1)
+    assert min(np.linalg.norm(means[i] - means[j]) for i in range(5) for j in range(i + 1, 5) if {i, j} != {0, 4}) > 0.05
+    # Test images are the same MNIST digits in every domain (same labels, in order).
+    assert (np.asarray(test.y) == np.asarray(test.y)[0]).all()
