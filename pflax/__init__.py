@@ -5,8 +5,9 @@
     state, metrics = pflax.fedpac.round(state, batch)
 """
 from . import core, data, metrics, models
-from .algorithms import (apfl, ditto, fedavg, fedavg_ft, fedbabu, fednova, fedpac, fedper, fedprox, fedrep, fedrod, knnper,
-                         lg_fedavg, local_only, pfedme, scaffold)
+from .algorithms import (apfl, cfl, ditto, fedavg, fedavg_ft, fedbabu, fedbn, fedem, fedfomo, fednova, fedpac, fedper,
+                         fedpick, fedprox, fedproto, fedrep, fedrod, fesem, hypcluster, ifca, knnper, leafwise, lg_fedavg,
+                         local_only, perfedavg, pfedhn, pfedme, scaffold)
 from .core.execution import Execution
 
 __version__ = "0.1.0"
@@ -15,4 +16,7 @@ __all__ = [
     # baselines (spec D), one module each
     "apfl", "ditto", "fedavg", "fedavg_ft", "fedbabu", "fednova", "fedper", "fedprox", "fedrep", "fedrod", "knnper",
     "lg_fedavg", "local_only", "pfedme", "scaffold",
+    "cfl", "fedem", "fedfomo", "fedproto", "fesem", "hypcluster", "ifca", "perfedavg", "pfedhn",
+    # BatchNorm backbones: FedBN, FedPick, and the leaf-level sharing rules they are built on
+    "fedbn", "fedpick", "leafwise",
 ]

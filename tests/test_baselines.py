@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pflax.algorithms import (apfl, base, ditto, fedavg, fedavg_ft, fedbabu, fednova, fedper, fedprox, fedrep, fedrod, knnper,
-                              lg_fedavg, local_only, pfedme, scaffold)
+                              lg_fedavg, local_only, perfedavg, pfedme, scaffold)
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.data import fedpac_shards, from_partition, synthetic
 from pflax.models import mlp
@@ -19,7 +19,7 @@ MODEL = mlp(NUM_CLASSES, hidden=(32,))
 KEY = jax.random.PRNGKey(0)
 # Fast-learning setting shared by the tests (one compilation per algorithm serves both of its tests).
 FAST = dict(lr=0.05, batch_size=20, local_epochs=2)
-NEEDS_TRAIN = (fedavg_ft, fedbabu, knnper)  # evaluate(state, test, train)
+NEEDS_TRAIN = (fedavg_ft, fedbabu, knnper, perfedavg)  # evaluate(state, test, train)
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,9 @@
 personalized model; those in ``EVALUATE_NEEDS_TRAIN`` personalise at evaluation time (fine-tuning or a
 kNN datastore) and take ``evaluate(state, test, train)``.
 """
-from . import (apfl, ditto, fedavg, fedavg_ft, fedbabu, fednova, fedpac, fedper, fedprox, fedrep, fedrod, knnper,
-               lg_fedavg, local_only, pfedme, scaffold)
+from . import (apfl, cfl, ditto, fedavg, fedavg_ft, fedbabu, fedbn, fedem, fedfomo, fednova, fedpac, fedper, fedpick,
+               fedprox, fedproto, fedrep, fedrod, fesem, hypcluster, ifca, knnper, leafwise, lg_fedavg, local_only,
+               perfedavg, pfedhn, pfedme, scaffold)
 
 REGISTRY = {
     "fedpac": fedpac,
@@ -25,5 +26,17 @@ REGISTRY = {
     "knnper": knnper,
     "pfedme": pfedme,
     "fednova": fednova,
+    "fedproto": fedproto,
+    "ifca": ifca,
+    "hypcluster": hypcluster,
+    "fedem": fedem,
+    "perfedavg": perfedavg,
+    "fedfomo": fedfomo,
+    "fesem": fesem,
+    "cfl": cfl,
+    "pfedhn": pfedhn,
+    # BatchNorm backbones (pflax.models.bn): leaf-level sharing, see leafwise.py
+    "fedbn": fedbn,
+    "fedpick": fedpick,
 }
-EVALUATE_NEEDS_TRAIN = frozenset({"fedavg_ft", "fedbabu", "knnper"})
+EVALUATE_NEEDS_TRAIN = frozenset({"fedavg_ft", "fedbabu", "knnper", "perfedavg"})

@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any, Callable
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
@@ -294,3 +295,46 @@ def split_round(state: State, batch: ClientData, train_fn: TrainFn, averaged: tu
 def train_full(params: PyTree, client: dict, model: SplitModel, cfg: SGDConfig) -> tuple[PyTree, Array]:
     """``local_epochs`` epochs of joint body+head SGD with cross-entropy (fresh optimiser)."""
     return train(params, ce_loss(model), client, cfg)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Several models in one state (IFCA, HypCluster, FeSEM, CFL, FedEM) and model-space geometry
+# (FedFomo, FeSEM, CFL). A stack of models is one tree whose leaves have a leading model axis.
+
+def stacked_models(key: Array, model: SplitModel, sample_x: Array, count: int) -> PyTree:
+    """``count`` independently initialised models on a leading axis. Model 0 is the model
+    :func:`init_state` draws from the same ``key`` (so it equals FedAvg's initialisation); model
+    ``j > 0`` uses ``fold_in(k_model, j)``."""
+    k_model = jax.random.split(key, 3)[0]
+    keys = [k_model] + [jax.random.fold_in(k_model, j) for j in range(1, count)]
+    return jax.tree.map(lambda *a: jnp.stack(a), *[model.init(k, sample_x[:1]) for k in keys])
+
+
+def pick(stacked: PyTree, index: Array) -> PyTree:
+    """Entry ``index`` (a traced integer is fine) of a stack of models."""
+    return jax.tree.map(lambda a: a[index], stacked)
+
+
+def per_cluster_mean(stacked: PyTree, weights: Array, fallback: PyTree) -> PyTree:
+    """``k`` weighted means of the participants' trees: ``weights [m, k]`` (sample sizes, one-hot
+    memberships times sizes, or soft responsibilities). Column ``j`` with no weight keeps
+    ``fallback[j]`` (a cluster without members keeps its model)."""
+    return jax.vmap(lambda w, f: aggregate.weighted_mean(stacked, w, fallback=f), in_axes=(1, 0))(weights, fallback)
+
+
+def flat_rows(stacked: PyTree) -> Array:
+    """``[m, P]``: every tree of a stack flattened to one float vector (``ravel_pytree`` order)."""
+    return jax.vmap(lambda t: jax.flatten_util.ravel_pytree(t)[0])(stacked)
+
+
+def data_loss(model: SplitModel, params: PyTree, x: Array, y: Array, mask: Array) -> Array:
+    """Masked mean cross-entropy of ``params`` over a client's whole (padded) split; 0 without data."""
+    logits = batched_apply(lambda xb: model.apply(params, xb), x)
+    return masked_mean(cross_entropy(logits, y), mask)
+
+
+def keep_if_empty(new_local: PyTree, old_local: PyTree, n: Array) -> PyTree:
+    """Participants' new ``local`` rows, except that a participant without data (``n = 0``) keeps its
+    old row (its cluster identity, its stored model): an empty client changes nothing of its own."""
+    has = n > 0
+    return jax.tree.map(lambda a, b: jnp.where(has.reshape(has.shape + (1,) * (a.ndim - 1)), a, b), new_local, old_local)

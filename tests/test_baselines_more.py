@@ -1,0 +1,345 @@
+"""More baselines (FedProto, IFCA, HypCluster, FedEM, Per-FedAvg, FedFomo, FeSEM, CFL, pFedHN): for each
+one, a test of its defining rule and a test that it learns.
+
+Same tiny federation as ``test_baselines.py``: 10-class synthetic 12x12 images, FedPAC's s = 20% shards
+(5 clients, 3 dominant classes each), an MLP with one hidden layer of 32 units. Chance is 0.1. Each
+algorithm uses one configuration for both of its tests, so it compiles once.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from pflax.algorithms import base, cfl, fedem, fedfomo, fedproto, fesem, hypcluster, ifca, perfedavg, pfedhn
+from pflax.core.losses import cross_entropy
+from pflax.core.train import sgd_steps
+from pflax.data import fedpac_shards, from_partition, synthetic
+from pflax.models import mlp
+
+NUM_CLIENTS, NUM_CLASSES = 5, 10
+MODEL = mlp(NUM_CLASSES, hidden=(32,))
+KEY = jax.random.PRNGKey(0)
+FAST = dict(lr=0.05, batch_size=20, local_epochs=2)
+CONFIGS = {
+    fedproto: {}, ifca: {}, hypcluster: {}, fedem: {}, fedfomo: {}, fesem: {},
+    perfedavg: dict(alpha=0.05, beta=0.05),
+    # Thresholds that always split once round >= start_round (2): rounds 0-1 are FedAvg, then bi-partitions.
+    cfl: dict(eps1=1e9, eps2=0.0, start_round=2, max_clusters=4),
+    pfedhn: dict(inner_steps=10, server_lr=0.05),
+}
+NEEDS_TRAIN = (perfedavg,)
+
+
+@pytest.fixture(scope="module")
+def fed():
+    d = synthetic(num_classes=NUM_CLASSES, train_per_class=100, test_per_class=60, image_size=12, seed=0, noise=0.3)
+    train = from_partition(d.x_train, d.y_train, fedpac_shards(d.y_train, NUM_CLIENTS, 100, 0.2, NUM_CLASSES))
+    test = from_partition(d.x_test, d.y_test, fedpac_shards(d.y_test, NUM_CLIENTS, 60, 0.2, NUM_CLASSES))
+    return train, test
+
+
+def start(mod, fed, model=MODEL, **overrides):
+    train, test = fed
+    state = mod.init(KEY, model, train.x[0], NUM_CLIENTS, mod.Config(**{**FAST, **CONFIGS[mod], **overrides}))
+    mod.check_inputs(state, train, test)
+    return state
+
+
+def accuracy(mod, state, fed) -> np.ndarray:
+    train, test = fed
+    out = mod.evaluate(state, test, train) if mod in NEEDS_TRAIN else mod.evaluate(state, test)
+    return np.asarray(out["accuracy"])
+
+
+def row(tree, i):
+    return jax.tree.map(lambda a: a[i], tree)
+
+
+def leaves_equal(a, b) -> bool:
+    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def assert_trees_close(got, want, rtol=1e-5, atol=1e-6):
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+
+
+def client_loss(params, train, i, mask=None):
+    logits = MODEL.apply(params, train.x[i])
+    m = np.asarray(train.mask[i] if mask is None else mask, np.float64)
+    return float(np.sum(np.asarray(cross_entropy(logits, train.y[i]), np.float64) * m) / max(m.sum(), 1.0))
+
+
+# ------------------------------------------------------------------------------------------ learning
+PERSONAL, MIXED = 0.35, 0.2  # FedEM's and Per-FedAvg's shared models learn slower on these non-IID clients
+LEARNERS = [(fedproto, PERSONAL), (ifca, PERSONAL), (fedem, MIXED), (perfedavg, MIXED), (fedfomo, PERSONAL),
+            (fesem, PERSONAL), (cfl, PERSONAL), (pfedhn, PERSONAL)]
+
+
+@pytest.mark.parametrize("mod,floor", LEARNERS, ids=[m.__name__.rsplit(".", 1)[-1] for m, _ in LEARNERS])
+def test_learns(mod, floor, fed):
+    train, _ = fed
+    state = start(mod, fed)
+    before = accuracy(mod, state, fed).mean()
+    for _ in range(4):
+        state, metrics = mod.round(state, train)
+        assert not bool(metrics["nonfinite"])
+        assert metrics["loss"].shape == (NUM_CLIENTS,)
+    after = accuracy(mod, state, fed)
+    assert after.shape == (NUM_CLIENTS,)
+    assert after.mean() > floor and after.mean() > before + 0.08, (before, after)
+
+    # A participant without data (its padding NaN) changes nothing of its own and never poisons the state.
+    empty = train.replace(mask=train.mask.at[1].set(False), x=train.x.at[1].set(jnp.nan))
+    new, metrics = mod.round(state, empty)
+    assert not bool(metrics["nonfinite"]) and float(metrics["n"][1]) == 0.0
+    assert all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree.leaves(new) if jnp.issubdtype(a.dtype, jnp.floating))
+    assert leaves_equal(row(new.local, 1), row(state.local, 1))
+
+
+# ------------------------------------------------------------------------------------ defining rules
+def test_fedproto_global_prototypes_are_count_weighted_means(fed):
+    train, _ = fed
+    state, _ = fedproto.round(start(fedproto, fed), train)  # round 0: CE only, prototypes appear
+    # Unequal sizes, and class 7 absent everywhere: it must keep its previous prototype.
+    batch = train.replace(mask=train.mask.at[1, 60:].set(False) & (train.y != 7))
+    new, _ = fedproto.round(state, batch)
+    sums, weights = 0.0, 0.0
+    for i in range(NUM_CLIENTS):  # hand computation from the participants' trained bodies
+        body = row(new.local, i)["body"]
+        z = np.asarray(MODEL.features(body, train.x[i]), np.float64)
+        onehot = np.eye(NUM_CLASSES)[np.asarray(train.y[i])] * np.asarray(batch.mask[i])[:, None]
+        sums = sums + onehot.T @ z  # = n_{i,y} * c_{i,y}
+        weights = weights + onehot.sum(0)
+    got = np.asarray(new.shared["protos"])
+    present = weights > 0
+    np.testing.assert_allclose(got[present], sums[present] / weights[present][:, None], rtol=1e-4, atol=1e-5)
+    assert not present[7] and np.array_equal(got[7], np.asarray(state.shared["protos"])[7])
+    assert bool(new.shared["valid"][7])  # still valid from round 0
+
+
+def test_ifca_assigns_the_cluster_with_the_smallest_loss(fed):
+    train, _ = fed
+    state, _ = ifca.round(start(ifca, fed), train)
+    new, metrics = ifca.round(state, train)
+    for i in range(NUM_CLIENTS):
+        losses = [client_loss(row(state.shared, j), train, i) for j in range(3)]
+        np.testing.assert_allclose(np.asarray(metrics["cluster_losses"][i]), losses, rtol=1e-4)
+        assert int(metrics["cluster"][i]) == int(np.argmin(losses))
+    np.testing.assert_array_equal(np.asarray(new.local["cluster"]), np.asarray(metrics["cluster"]))
+    # A cluster nobody chose keeps its model exactly; a chosen one moves.
+    for j in range(3):
+        chosen = j in np.asarray(metrics["cluster"])
+        assert leaves_equal(row(new.shared, j), row(state.shared, j)) != chosen
+    # Evaluation uses each client's chosen cluster model.
+    acc = np.asarray(ifca.evaluate(new, fed[1])["accuracy"])
+    for i in range(NUM_CLIENTS):
+        params = row(new.shared, int(new.local["cluster"][i]))
+        pred = np.argmax(np.asarray(MODEL.apply(params, fed[1].x[i])), -1)
+        assert acc[i] == pytest.approx(float(np.mean(pred == np.asarray(fed[1].y[i]))))
+
+
+def test_hypcluster_is_ifca(fed):
+    train, _ = fed
+    # The same jitted functions and the same initial hypotheses; the rule itself is tested for IFCA.
+    assert hypcluster.round is ifca.round and hypcluster.evaluate is ifca.evaluate
+    assert issubclass(hypcluster.Config, ifca.Config) and "identical in rule to ifca" in hypcluster.__doc__.lower()
+    b = hypcluster.init(KEY, MODEL, train.x[0], NUM_CLIENTS, hypcluster.Config(**FAST))
+    assert leaves_equal(b.shared, start(ifca, fed).shared)
+
+
+def test_fedem_pi_is_the_mean_responsibility(fed):
+    train, _ = fed
+    state, _ = fedem.round(start(fedem, fed), train)
+    batch = train.replace(mask=train.mask.at[2, 70:].set(False))  # padding must not count
+    new, metrics = fedem.round(state, batch)
+    pi = np.asarray(new.local["pi"])
+    np.testing.assert_allclose(pi.sum(1), 1.0, rtol=1e-5)
+    for i in range(NUM_CLIENTS):
+        mask = np.asarray(batch.mask[i])
+        losses = np.stack([np.asarray(cross_entropy(MODEL.apply(row(state.shared, m), train.x[i]), train.y[i]), np.float64)
+                           for m in range(3)])  # [M, n]
+        logits = np.log(np.asarray(state.local["pi"][i], np.float64))[:, None] - losses
+        q = np.exp(logits - logits.max(0))
+        q /= q.sum(0)
+        np.testing.assert_allclose(pi[i], q[:, mask].mean(1), rtol=1e-4, atol=1e-6)
+    assert not np.allclose(pi, 1.0 / 3)  # the E-step moved away from uniform
+    # Prediction is the pi-mixture of the component softmaxes.
+    acc = np.asarray(fedem.evaluate(new, fed[1])["accuracy"])
+    x, y = fed[1].x[0], np.asarray(fed[1].y[0])
+    probs = sum(pi[0, m] * np.asarray(jax.nn.softmax(MODEL.apply(row(new.shared, m), x))) for m in range(3))
+    assert acc[0] == pytest.approx(float(np.mean(np.argmax(probs, -1) == y)))
+
+
+def test_perfedavg_first_order_meta_steps_by_hand(fed):
+    """Every meta-step is w <- w - beta grad f(w - alpha grad f(w; D); D'), D and D' from two shuffles."""
+    from pflax.core.train import epoch_order, gather_minibatch
+
+    train, _ = fed
+    c = start(perfedavg, fed).config
+    state, _ = perfedavg.round(start(perfedavg, fed), train)
+    new, _ = perfedavg.round(state, train)
+    grad = jax.jit(jax.grad(base.ce_loss(MODEL)))
+    inputs = base.client_inputs(state, train)
+    data = {"x": train.x, "y": train.y}
+    models = []
+    for i in range(NUM_CLIENTS):
+        plans = [epoch_order(k, train.mask[i], c.local_epochs, c.batch_size) for k in jax.random.split(inputs["key"][i], 2)]
+        w = state.shared
+        for t in range(plans[0][0].shape[0]):
+            (b0, ok0), (b1, ok1) = [(gather_minibatch(row(data, i), idx[t], ok[t]), ok[t]) for idx, ok in plans]
+            adapted = jax.tree.map(lambda a, g: a - c.alpha * g, w, grad(w, b0, ok0.astype(jnp.float32)))
+            w = jax.tree.map(lambda a, g: a - c.beta * g, w, grad(adapted, b1, ok1.astype(jnp.float32)))
+        models.append(w)
+    assert_trees_close(new.shared, jax.tree.map(lambda *m: sum(m) / NUM_CLIENTS, *models), rtol=1e-4, atol=1e-6)
+
+
+def test_fedfomo_weights():
+    scores = fedfomo.fomo_scores(jnp.float32(2.0), jnp.array([1.0, 3.0, 1.5, 0.5]), jnp.array([2.0, 1.0, 0.0, 3.0]),
+                                 jnp.array([True, True, True, False]))
+    np.testing.assert_allclose(np.asarray(scores), [0.5, -1.0, 0.0, 0.0])  # distance 0 and empty slot -> 0
+    w = np.asarray(fedfomo.fomo_weights(jnp.array([0.5, -1.0, 0.25, 0.0])))
+    np.testing.assert_allclose(w, [2 / 3, 0.0, 1 / 3, 0.0], rtol=1e-6)
+    assert np.all(w >= 0) and w.sum() == pytest.approx(1.0)
+    # No neighbour lowers the loss: every weight is 0 (theta_i is kept), never NaN.
+    np.testing.assert_array_equal(np.asarray(fedfomo.fomo_weights(jnp.array([-1.0, 0.0, -0.1]))), 0.0)
+    train_mask, val_mask = fedfomo.validation_split(jnp.arange(20) < 17, 0.2)
+    assert int(val_mask.sum()) == 3 and int(train_mask.sum()) == 14 and not bool(jnp.any(train_mask & val_mask))
+
+
+def test_fedfomo_update_by_hand(fed):
+    train, _ = fed
+    state = start(fedfomo, fed)
+    state, metrics = fedfomo.round(state, train)
+    assert not bool(np.any(np.asarray(metrics["download_valid"])))  # round 0: nobody has uploaded yet
+    # Reset client 0 to the initial model: the others' trained models now lower its validation loss.
+    init = row(start(fedfomo, fed).local, 0)
+    state = state.replace(local=jax.tree.map(lambda a, b: a.at[0].set(b), state.local, init))
+    new, metrics = fedfomo.round(state, train)
+    sel = np.asarray(metrics["downloaded"])
+    assert sel.shape == (NUM_CLIENTS, 4) and all(i not in sel[i] for i in range(NUM_CLIENTS))
+    w = np.asarray(metrics["weights"])
+    assert np.all(w >= 0) and np.all((np.abs(w.sum(1) - 1) < 1e-5) | (w.sum(1) == 0))
+    assert w[0].sum() == pytest.approx(1.0)
+    _, val = fedfomo.validation_split(train.mask[0], 0.2)
+    own = ravel_pytree(init)[0]
+    scores = []
+    for n in sel[0]:
+        theta_n = row(state.local, int(n))
+        dist = float(jnp.linalg.norm(ravel_pytree(theta_n)[0] - own))
+        scores.append((client_loss(init, train, 0, val) - client_loss(theta_n, train, 0, val)) / dist)
+    want = np.maximum(scores, 0) / np.maximum(scores, 0).sum()
+    np.testing.assert_allclose(w[0], want, rtol=1e-3, atol=1e-6)
+    # The affinity row grows by the signed scores of the downloaded models.
+    np.testing.assert_allclose(np.asarray(new.shared["affinity"][0, sel[0]] - state.shared["affinity"][0, sel[0]]),
+                               scores, rtol=1e-3, atol=1e-6)
+
+
+def test_fesem_assigns_nearest_centre_and_averages_members(fed):
+    train, _ = fed
+    state, metrics = fesem.round(start(fesem, fed), train)  # initialisation round: maximin centres
+    assert bool(state.shared["ready"]) and len(set(np.asarray(metrics["cluster"]).tolist())) > 1
+    batch = train.replace(mask=train.mask.at[3, 50:].set(False))  # unequal sizes
+    new, metrics = fesem.round(state, batch)
+    own = np.asarray(base.flat_rows(state.local["params"]))
+    centres = np.asarray(base.flat_rows(state.shared["centers"]))
+    want = np.argmin(((own[:, None, :] - centres[None]) ** 2).sum(-1), axis=1)
+    np.testing.assert_array_equal(np.asarray(metrics["cluster"]), want)
+    sizes = np.asarray(batch.sizes, np.float64)
+    for k in range(3):
+        members = want == k
+        if not members.any():
+            assert leaves_equal(row(new.shared["centers"], k), row(state.shared["centers"], k))
+            continue
+        p = sizes * members / (sizes * members).sum()
+        mean = jax.tree.map(lambda a: np.tensordot(p, np.asarray(a, np.float64), axes=(0, 0)), new.local["params"])
+        assert_trees_close(row(new.shared["centers"], k), mean)
+
+
+def test_cfl_bipartition_by_hand():
+    # Clients 0, 1, 4 push one way, 2 and 3 the other; client 5 is not a member.
+    u = np.array([[1.0, 0.1, 0.0], [0.9, -0.1, 0.1], [-1.0, 0.0, 0.2], [-0.8, 0.1, -0.1], [1.0, 0.3, 0.0], [-1.0, 0.0, 0.0]])
+    s = cfl.cosine_similarities(jnp.asarray(u))
+    members = jnp.array([True, True, True, True, True, False])
+    for linkage in ("complete", "single"):
+        second = np.asarray(cfl.bipartition(s, members, linkage))
+        np.testing.assert_array_equal(second, [False, False, True, True, False, False])
+    np.testing.assert_allclose(np.asarray(cfl.cosine_similarities(jnp.zeros((2, 3)))), 0.0)  # zero update: no NaN
+
+
+def test_cfl_splits_only_when_allowed(fed):
+    train, _ = fed
+    state = start(cfl, fed)
+    early, metrics = cfl.round(state, train)  # round 0 < start_round: no split
+    assert not np.any(np.asarray(metrics["split"])) and np.array_equal(np.asarray(early.shared["active"]), [1, 0, 0, 0])
+    assert np.all(np.asarray(early.local["cluster"]) == 0)
+    assert leaves_equal(row(early.shared["models"], 1), row(state.shared["models"], 1))  # inactive slots untouched
+    late, metrics = cfl.round(early.replace(round=jnp.int32(2)), train)
+    clusters = np.asarray(late.local["cluster"])
+    assert bool(metrics["split"][0]) and np.array_equal(np.asarray(late.shared["active"]), [1, 1, 0, 0])
+    assert set(clusters.tolist()) == {0, 1}
+    assert float(metrics["mean_norm"][0]) < float(metrics["max_norm"][0])  # a weighted mean is shorter than the longest
+    # Members of a cluster share its model; the two new clusters differ.
+    assert not leaves_equal(row(late.shared["models"], 0), row(late.shared["models"], 1))
+
+
+def test_pfedhn_server_step_is_jacobian_transpose_times_delta(fed):
+    """psi <- psi - lr sum_i J_psi(e_i)^T dtheta_i and e_i <- e_i - lr J_e^T dtheta_i, with J^T dtheta
+    back-propagated by hand (float64 numpy) through the hypernetwork's layers."""
+    train, _ = fed
+    state = start(pfedhn, fed)
+    new, metrics = pfedhn.round(state, train)  # every client, so the learning test's compilation is reused
+    c = state.config
+    inner = jax.jit(lambda th, idx, ok, x, y: sgd_steps(th, base.ce_loss(MODEL), {"x": x, "y": y}, idx, ok, c.optimizer()))
+    psi = jax.tree.map(lambda a: np.asarray(a, np.float64), state.shared)
+    unravel = pfedhn.unraveler(MODEL, train.x[0])
+    want = jax.tree.map(np.copy, psi)
+    for i in range(NUM_CLIENTS):
+        e = np.asarray(state.local["embed"][i], np.float64)
+        # The client's inner steps, redone with the same minibatches and optimiser.
+        key = jax.random.fold_in(jax.random.fold_in(state.key, state.round), i)
+        idx, ok = pfedhn.random_minibatches(key, train.mask[i], c.inner_steps, c.batch_size)
+        theta = unravel(pfedhn.generate_flat(state.shared, state.local["embed"][i]))
+        trained, _ = inner(theta, idx, ok, train.x[i], train.y[i])
+        delta = np.asarray(ravel_pytree(theta)[0] - ravel_pytree(trained)[0], np.float64)
+        assert float(metrics["delta_norm"][i]) == pytest.approx(np.linalg.norm(delta), rel=1e-4)
+        # Forward pass, then the transpose of its Jacobian applied to delta, layer by layer.
+        acts, pre = [e], []
+        for layer in psi["hidden"]:
+            pre.append(acts[-1] @ layer["w"] + layer["b"])
+            acts.append(np.maximum(pre[-1], 0.0))
+        want["out"]["w"] -= c.server_lr * np.outer(acts[-1], delta)
+        want["out"]["b"] -= c.server_lr * delta
+        g = psi["out"]["w"] @ delta
+        for k in reversed(range(len(psi["hidden"]))):
+            g = g * (pre[k] > 0)
+            want["hidden"][k]["w"] -= c.server_lr * np.outer(acts[k], g)
+            want["hidden"][k]["b"] -= c.server_lr * g
+            g = psi["hidden"][k]["w"] @ g
+        np.testing.assert_allclose(np.asarray(new.local["embed"][i]), e - c.server_lr * g, rtol=1e-4, atol=1e-6)
+    assert_trees_close(new.shared, want, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ API
+MODULES = [fedproto, ifca, hypcluster, fedem, perfedavg, fedfomo, fesem, cfl, pfedhn]
+
+
+def test_common_api_and_docs():
+    for mod in MODULES:
+        for attr in ("Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"):
+            assert hasattr(mod, attr), (mod.__name__, attr)
+        assert mod.__doc__ and len(mod.__doc__) > 600, mod.__name__  # rule, defaults, differences
+        assert issubclass(mod.Config, base.SGDConfig)
+
+
+def test_configs_validate():
+    bad = [lambda: fedproto.Config(lam=-1), lambda: ifca.Config(num_clusters=0), lambda: hypcluster.Config(num_clusters=0),
+           lambda: fedem.Config(num_components=0), lambda: perfedavg.Config(beta=0), lambda: perfedavg.Config(version="so"),
+           lambda: fedfomo.Config(val_ratio=1.0), lambda: fedfomo.Config(num_downloads=-1), lambda: fedfomo.Config(epsilon=2),
+           lambda: fesem.Config(num_clusters=0), lambda: cfl.Config(min_cluster_size=1), lambda: cfl.Config(linkage="ward"),
+           lambda: cfl.Config(eps1=-1), lambda: pfedhn.Config(server_lr=0), lambda: pfedhn.Config(embed_dim=0),
+           lambda: pfedhn.Config(momentum=1.0)]
+    for make in bad:
+        with pytest.raises(ValueError):
+            make()
