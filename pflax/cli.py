@@ -2,6 +2,13 @@
 
     pflax run                       # offline demo: FedPAC on the built-in synthetic federation
     pflax run fedpac --dataset fashion_mnist --data-dir ../shared/datasets --clients 20 --rounds 200
+    pflax run ditto --dataset fashion_mnist --data-dir ../shared/datasets --set lam=1.0
+
+Every algorithm in ``pflax.algorithms.REGISTRY`` that runs on the FedPAC CNN/MLP can be named; the
+shared SGD setting comes from ``--lr --momentum --weight-decay --batch-size --local-epochs`` and any
+other ``Config`` field from ``--set name=value`` (for example ``--set mu=0.01`` for FedProx). FedBN and
+FedPick need a BatchNorm backbone and cross-domain data: run them with
+``benchmarks/fedpick_domains.py``.
 
 Writes ``results.json`` (configuration, per-round metrics, final per-client accuracies, timings),
 ``rounds.csv``, ``accuracy.png`` and ``weights.png`` (final combination weights, clients ordered by
@@ -33,7 +40,17 @@ from pathlib import Path
 
 import numpy as np
 
-ALGORITHMS = ("fedpac",)
+# BN-backbone algorithms are run by benchmarks/fedpick_domains.py, not by this CLI.
+BN_ONLY = ("fedbn", "fedpick")
+
+
+def _algorithm_names() -> tuple[str, ...]:
+    from .algorithms import REGISTRY
+
+    return tuple(n for n in REGISTRY if n not in BN_ONLY)
+
+
+ALGORITHMS = _algorithm_names()
 # Arguments that do not change what is computed: they may differ between a run and its resumption.
 NOT_FINGERPRINTED = (
     "command", "rounds", "eval_every", "checkpoint_every", "resume", "out", "quiet", "no_plots", "execution", "data_dir",
@@ -87,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--head-epochs", type=int, default=1)
     run.add_argument("--body-epochs", type=int, default=5)
     run.add_argument("--lam", type=float, default=1.0, help="feature-alignment weight lambda")
+    run.add_argument("--lr", type=float, default=0.01, help="baselines: local SGD learning rate")
+    run.add_argument("--local-epochs", type=int, default=5, help="baselines: local epochs per round")
+    run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                     help="baselines: set any other field of the algorithm's Config (repeatable)")
     run.add_argument("--no-fa", action="store_true", help="ablation: no feature alignment")
     run.add_argument("--no-cc", action="store_true", help="ablation: no classifier collaboration")
     run.add_argument("--qp-mode", default="exact", choices=("exact", "official"))
@@ -178,26 +199,13 @@ def run_fedpac(args: argparse.Namespace) -> dict:
 
     from . import checkpoint, fedpac
     from .core.execution import Execution
-    from .data import DataError, federate_fedpac, load_dataset
+    from .data import DataError
     from .data.partition import dominant_groups
     from .metrics import summarize
-    from .models import fedpac_cnn, mlp
 
     t_start = time.time()
-    try:
-        dataset = load_dataset(args.dataset, args.data_dir, seed=args.seed)
-    except (DataError, FileNotFoundError) as err:
-        raise SystemExit(f"pflax: {err}") from err
-    try:
-        train, test = federate_fedpac(
-            dataset, args.clients, args.train_per_client, args.test_per_client, args.s, wrap=not args.no_wrap
-        )
-    except (DataError, ValueError) as err:
-        raise SystemExit(f"pflax: cannot partition {dataset.name}: {err}") from err
-    if args.model == "mlp":
-        model = mlp(dataset.num_classes)
-    else:
-        model = fedpac_cnn("cifar10" if dataset.x_train.shape[-1] == 3 else "fmnist", dataset.num_classes)
+    dataset, train, test = _load_federation(args)
+    model = _make_model(args, dataset)
     try:
         config = fedpac.Config(
             body_lr=args.body_lr, head_lr=args.head_lr, momentum=args.momentum, weight_decay=args.weight_decay,
@@ -348,6 +356,198 @@ def run_fedpac(args: argparse.Namespace) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
+def _parse_overrides(config_cls, pairs: list[str]) -> dict:
+    """``["mu=0.01", ...]`` -> typed keyword arguments for ``config_cls``; unknown names are refused."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name not in fields or name == "execution":
+            allowed = ", ".join(sorted(n for n in fields if n != "execution"))
+            raise SystemExit(f"pflax: --set {pair!r}: expected NAME=VALUE with NAME one of: {allowed}")
+        current = getattr(config_cls(), name)
+        try:
+            if isinstance(current, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                value = text.lower() in ("true", "1")
+            else:
+                value = type(current)(text)
+        except ValueError as err:
+            raise SystemExit(f"pflax: --set {name}: cannot read {text!r} as {type(current).__name__}") from err
+        out[name] = value
+    return out
+
+
+def _load_federation(args: argparse.Namespace):
+    from .data import DataError, federate_fedpac, load_dataset
+
+    try:
+        dataset = load_dataset(args.dataset, args.data_dir, seed=args.seed)
+    except (DataError, FileNotFoundError) as err:
+        raise SystemExit(f"pflax: {err}") from err
+    try:
+        train, test = federate_fedpac(
+            dataset, args.clients, args.train_per_client, args.test_per_client, args.s, wrap=not args.no_wrap
+        )
+    except (DataError, ValueError) as err:
+        raise SystemExit(f"pflax: cannot partition {dataset.name}: {err}") from err
+    return dataset, train, test
+
+
+def _make_model(args: argparse.Namespace, dataset):
+    from .models import fedpac_cnn, mlp
+
+    if args.model == "mlp":
+        return mlp(dataset.num_classes)
+    return fedpac_cnn("cifar10" if dataset.x_train.shape[-1] == 3 else "fmnist", dataset.num_classes)
+
+
+def run_baseline(args: argparse.Namespace) -> dict:
+    """Any registry algorithm but FedPAC: same data, outputs, checkpoints and resume as FedPAC's run.
+    Evaluated every ``--eval-every`` rounds: each client's personalized model (as the module's
+    ``evaluate`` defines it) on its own test split."""
+    import jax
+
+    from . import checkpoint
+    from .algorithms import EVALUATE_NEEDS_TRAIN, REGISTRY
+    from .core.execution import Execution
+    from .data import DataError
+    from .metrics import summarize
+
+    mod = REGISTRY[args.algorithm]
+    t_start = time.time()
+    dataset, train, test = _load_federation(args)
+    model = _make_model(args, dataset)
+    common = dict(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, batch_size=args.batch_size,
+                  local_epochs=args.local_epochs, execution=Execution(args.execution))
+    names = {f.name for f in dataclasses.fields(mod.Config)}
+    try:
+        config = mod.Config(**{k: v for k, v in common.items() if k in names}, **_parse_overrides(mod.Config, args.set))
+    except (TypeError, ValueError) as err:
+        raise SystemExit(f"pflax: {err}") from err
+    state = mod.init(jax.random.PRNGKey(args.seed), model, train.x[0], args.clients, config)
+    try:
+        mod.check_inputs(state, train, test)
+    except DataError as err:
+        raise SystemExit(f"pflax: {err}") from err
+    needs_train = args.algorithm in EVALUATE_NEEDS_TRAIN
+    evaluate = (lambda st: mod.evaluate(st, test, train)) if needs_train else (lambda st: mod.evaluate(st, test))
+
+    out = Path(args.out)
+    _remove_stale_temp_files(out)
+    checkpoints = out / "checkpoints"
+    run_fingerprint = {k: v for k, v in sorted(vars(args).items()) if k not in NOT_FINGERPRINTED}
+    history: list[dict] = []
+    personalized: list[dict] = []
+    round_times: list[float] = []
+    resumed_at: list[int] = []
+    start = 0
+    if args.resume:
+        try:
+            restored = checkpoint.restore(checkpoints, state, run=run_fingerprint)
+        except checkpoint.CheckpointError as err:
+            raise SystemExit(f"pflax: cannot resume: {err}") from err
+        state, start, saved = restored.state, restored.step, restored.extra
+        history, personalized, round_times = saved["history"], saved["personalized_history"], saved["round_times"]
+        resumed_at = saved["resumed_at"] + [start]
+    elif checkpoints.exists():
+        shutil.rmtree(checkpoints)
+
+    def write_results(done: bool) -> dict:
+        final = personalized[-1]["accuracy"]
+        summary = summarize(np.asarray(final), np.asarray(test.sizes))
+        steady = round_times[1:] if len(round_times) > 1 else round_times
+        result = {
+            "algorithm": args.algorithm,
+            "dataset": dataset.name,
+            "status": "finished" if done else f"running ({len(history)}/{args.rounds} rounds)",
+            "evaluated_model": f"each client's personalized model as {mod.__name__}.evaluate defines it"
+            + (" (personalised on its training split at evaluation time)" if needs_train else "")
+            + f", after round {personalized[-1]['round']}, on its own test split",
+            "args": vars(args),
+            "config": {k: (str(v) if k == "execution" else v) for k, v in dataclasses.asdict(config).items()},
+            "jax": {"version": jax.__version__, "backend": jax.default_backend()},
+            "rounds_completed": len(history),
+            "resumed_at_rounds": resumed_at,
+            "final_accuracy": summary,
+            "final_per_client": final,
+            "history": history,
+            "personalized_history": personalized,
+            "timing": {"first_round_s_incl_compile": round_times[0], "mean_round_s_after_first": float(np.mean(steady)),
+                       "total_s": time.time() - t_start},
+        }
+        _atomic_write(out / "results.json", json.dumps(result, indent=1).encode())
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=["round", "loss", "participants", "seconds", "personalized_all_clients"])
+        writer.writeheader()
+        for row in history:
+            writer.writerow(row)
+        _atomic_write(out / "rounds.csv", buf.getvalue().encode())
+        if not args.no_plots:
+            _plot_personalized(personalized, out / "accuracy.png", f"{args.algorithm} on {dataset.name}, {args.clients} clients")
+        return summary
+
+    progress = None
+    if not args.quiet:
+        from tqdm.auto import tqdm
+
+        progress = tqdm(total=args.rounds, initial=start, desc=f"{args.algorithm} {dataset.name}", unit="round", file=sys.stderr)
+    summary = None
+    for r in range(start, args.rounds):
+        t0 = time.time()
+        ids = mod.sample_clients(state, args.fraction)
+        state, metrics = mod.round(state, train.take(ids))
+        metrics = jax.device_get(metrics)
+        dt = time.time() - t0
+        round_times.append(dt)
+        if bool(np.any(metrics["nonfinite"])):
+            raise SystemExit(f"pflax: round {r} produced NaN/Inf (diverged); the state was kept at round {r}. Lower the learning rate.")
+        row = {"round": r + 1, "loss": float(np.mean(metrics["loss"])) if "loss" in metrics else float("nan"),
+               "participants": int(len(metrics["client_ids"])), "seconds": dt}
+        if (r + 1) % args.eval_every == 0 or r + 1 == args.rounds:
+            acc = np.asarray(jax.device_get(evaluate(state)["accuracy"]))
+            row["personalized_all_clients"] = float(acc.mean() * 100)
+            personalized.append({"round": r + 1, "accuracy": acc.tolist()})
+        history.append(row)
+        if "personalized_all_clients" in row:
+            summary = write_results(done=r + 1 == args.rounds)
+        if r + 1 == args.rounds or (args.checkpoint_every and (r + 1) % args.checkpoint_every == 0):
+            checkpoint.save(checkpoints, state, run=run_fingerprint, max_to_keep=MAX_CHECKPOINTS_KEPT,
+                            extra={"history": history, "personalized_history": personalized,
+                                   "round_times": round_times, "resumed_at": resumed_at})
+        if progress is not None:
+            progress.set_postfix(loss=f"{row['loss']:.3f}", s=f"{dt:.1f}")
+            progress.update(1)
+    if progress is not None:
+        progress.close()
+    if summary is None and personalized:
+        summary = write_results(done=True)
+    steady = round_times[1:] if len(round_times) > 1 else round_times
+    print(f"{args.algorithm} on {dataset.name}: mean personalized accuracy {summary['mean']:.2f}% "
+          f"(worst client {summary['worst']:.2f}%), {np.mean(steady):.2f} s/round; results in {out}/")
+    return json.loads((out / "results.json").read_text())
+
+
+def _plot_personalized(personalized: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p["round"] for p in personalized], [100 * np.mean(p["accuracy"]) for p in personalized], marker=".")
+    ax.set_xlabel("round")
+    ax.set_ylabel("mean personalized test accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    _atomic_write(path, buf.getvalue())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
@@ -357,7 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().print_help()
         return 2
     args = _defaults(args)
-    run_fedpac(args)
+    if args.algorithm == "fedpac":
+        run_fedpac(args)
+    else:
+        run_baseline(args)
     return 0
 
 

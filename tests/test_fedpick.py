@@ -140,11 +140,12 @@ def test_round_averages_exactly_the_non_bn_non_pfsm_leaves(tiny_model, tiny_batc
     new, _ = fedpick.round(state, tiny_batch)
     cfg = state.config
     # Each client's training, redone by hand from the same start and key.
+    train_one = jax.jit(lambda start, c: leafwise._train(start, fedpick.objective, tiny_model, cfg, c)[0])
     trained = []
     for i, key in enumerate(_client_keys(state, range(N_CLIENTS))):
         start = jax.tree.map(lambda a: a[i], state.clients)
         c = {"x": tiny_batch.x[i], "y": tiny_batch.y[i], "mask": tiny_batch.mask[i], "key": key}
-        trained.append(leafwise._train(start, fedpick.objective, tiny_model, cfg, c)[0])
+        trained.append(train_one(start, c))
     n = np.asarray(tiny_batch.mask.sum(1), np.float64)
     share = cfg.sharing.mask(state.server)
     flat_share = jax.tree_util.tree_flatten_with_path(share)[0]
@@ -262,6 +263,32 @@ def test_masked_batchnorm_matches_pytorch_semantics():
     # An all-padding batch leaves the statistics alone.
     _, upd0 = bn.apply(v, jnp.asarray(x), True, jnp.zeros(6, bool), mutable=["batch_stats"])
     np.testing.assert_array_equal(upd0["batch_stats"]["mean"], np.zeros(4))
+
+
+def test_alexnet_bn_shapes():
+    from pflax.models.bn import adaptive_avg_pool, alexnet_bn
+
+    model = alexnet_bn(10)
+    variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 256, 256, 3))))
+    assert model.feature_dim == 4096
+    assert variables["params"]["encoder"]["fc0"]["kernel"].shape == (256 * 6 * 6, 4096)
+    assert len(variables["batch_stats"]["encoder"]) == 7  # BN after every conv and FC layer
+    out = jax.eval_shape(lambda v: model.logits(v, jnp.zeros((2, 256, 256, 3)))[0], variables)
+    assert out.shape == (2, 10)
+    # PyTorch's adaptive pooling windows: 7 -> 6 overlaps neighbouring windows by one pixel.
+    x = jnp.arange(49.0).reshape(1, 7, 7, 1)
+    pooled = np.asarray(adaptive_avg_pool(x, 6))[0, :, :, 0]
+    assert pooled[0, 0] == pytest.approx(np.mean([0, 1, 7, 8]))
+
+
+def test_digits_five_without_tfds_names_the_fix(tmp_path):
+    from pflax.data.domains import digits_five_tfds
+    from pflax.data.sources import DataError
+
+    with pytest.raises(DataError, match="TensorFlow Datasets|tfds|data.npz"):
+        digits_five_tfds(data_dir=str(tmp_path), domains=("mnist",))
+    with pytest.raises(DataError, match="does not exist|data.npz"):
+        digits_five_tfds(data_dir=str(tmp_path), domains=("usps",))
 
 
 def test_digits_cnn_has_the_paper_feature_dim():

@@ -41,3 +41,25 @@ def test_cli_missing_data_dir_is_a_clear_error(tmp_path):
                            str(tmp_path / "nope"), "--quiet"], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "does not exist" in proc.stderr
+
+
+@pytest.mark.parametrize("algorithm, extra", [("perfedavg", ["--set", "alpha=0.02"])])
+def test_cli_runs_baselines_and_resumes(tmp_path, algorithm, extra):
+    out = tmp_path / algorithm
+    base = [sys.executable, "-m", "pflax.cli", "run", algorithm, "--model", "mlp", "--clients", "3",
+            "--train-per-client", "40", "--test-per-client", "40", "--local-epochs", "1", "--eval-every", "1",
+            "--checkpoint-every", "1", "--out", str(out), "--quiet", *extra]
+    first = subprocess.run(base + ["--rounds", "1"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = subprocess.run(base + ["--rounds", "2", "--resume"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = json.loads((out / "results.json").read_text())
+    assert result["status"] == "finished" and result["rounds_completed"] == 2 and result["resumed_at_rounds"] == [1]
+    assert result["algorithm"] == algorithm and len(result["final_per_client"]) == 3
+    assert "evaluated_model" in result and (out / "accuracy.png").stat().st_size > 0
+
+
+def test_cli_rejects_unknown_config_field(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pflax.cli", "run", "fedprox", "--set", "bogus=1", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode != 0 and "mu" in proc.stderr and "bogus" in proc.stderr

@@ -1,12 +1,20 @@
 """Data: sources, seeded partitions and padded client arrays."""
 from .clients import ClientData, from_partition, validate
-from .partition import class_counts, dirichlet, dominant_groups, fedpac_shards
+from .partition import class_counts, dirichlet, dominant_groups, fedpac_shards, fedpac_shards_sized
+from .seed_tables import (
+    PATHOLOGICAL_CLASSES, ROTATION_ANGLES, concept_shift, concept_shift_maps, data_scarce, dirichlet_matched,
+    draw_sizes, imbalanced_sizes, pathological, pathological_class_sets, quantity_skew, relabel, relabel_clients,
+    rotate_clients, rotate_images, rotation_angles, rotation_skew,
+)
 from .sources import NORMALIZATION, DataError, Dataset, load_dataset, load_idx_dir, load_tfds, read_idx, synthetic
 
 __all__ = [
     "ClientData", "from_partition", "validate", "class_counts", "dirichlet", "dominant_groups", "fedpac_shards",
     "NORMALIZATION", "DataError", "Dataset", "load_dataset", "load_idx_dir", "load_tfds", "read_idx", "synthetic",
-    "federate_fedpac",
+    "federate_fedpac", "fedpac_shards_sized",
+    "PATHOLOGICAL_CLASSES", "ROTATION_ANGLES", "concept_shift", "concept_shift_maps", "data_scarce", "dirichlet_matched",
+    "draw_sizes", "imbalanced_sizes", "pathological", "pathological_class_sets", "quantity_skew", "relabel",
+    "relabel_clients", "rotate_clients", "rotate_images", "rotation_angles", "rotation_skew",
 ]
 
 

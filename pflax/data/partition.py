@@ -2,6 +2,7 @@
 
 * :func:`fedpac_shards`: FedPAC's "s% uniform + dominant classes" partition (spec A.7), with the
   official wrap-around cursor (clients can share samples) or a variant that never reuses a sample.
+* :func:`fedpac_shards_sized`: the same with one size per client (FedPAC Tables 6 and 9).
 * :func:`dirichlet`: per-class Dirichlet(beta) proportions over clients.
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 
 from .sources import DataError
 
-__all__ = ["fedpac_shards", "dominant_groups", "dirichlet", "class_counts"]
+__all__ = ["fedpac_shards", "fedpac_shards_sized", "dominant_groups", "dirichlet", "class_counts"]
 
 _TEN_CLASS_GROUPS = [[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8], [8, 9, 0]]
 
@@ -51,28 +52,70 @@ def fedpac_shards(
     samples (official behaviour). With ``wrap=False`` that raises instead, so no sample is ever used
     twice. Call it on the test labels with the same arguments to get the matching test split.
     """
+    if num_clients < 1 or samples_per_client < 1:
+        raise ValueError("num_clients and samples_per_client must be positive")
+    return fedpac_shards_sized(labels, [samples_per_client] * num_clients, s, num_classes, groups, start_cursor, wrap)
+
+
+def fedpac_shards_sized(
+    labels: np.ndarray,
+    sizes,
+    s: float = 0.2,
+    num_classes: int | None = None,
+    groups: list[list[int]] | None = None,
+    start_cursor: int = 0,
+    wrap: bool = True,
+    order_seed: int | None = None,
+    allow_empty: bool = False,
+) -> list[np.ndarray]:
+    """:func:`fedpac_shards` with one size per client (``sizes[i]`` samples for client ``i``).
+
+    Client ``i`` takes ``floor(sizes[i]*s)`` samples spread uniformly over all classes and the rest over
+    its dominant classes (group ``i mod G``), from the same per-class cursors in client order, so
+    ``fedpac_shards_sized(y, [n] * m, ...) == fedpac_shards(y, m, n, ...)``. ``order_seed=None`` keeps
+    the official within-class order (numpy's default argsort); an integer replaces it by a seeded
+    permutation inside every class block, so repetitions can draw different samples. A size of 0 is a
+    :class:`DataError` unless ``allow_empty=True``.
+    """
     labels = np.asarray(labels)
     if labels.ndim != 1:
         raise DataError(f"labels must be 1-D, got shape {labels.shape}")
+    if labels.size == 0:
+        raise DataError("labels is empty")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise DataError(f"labels must be integers, got {labels.dtype}")
     if not 0.0 <= s <= 1.0:
         raise ValueError(f"s (the uniform share) must be in [0, 1], got {s}")
-    if num_clients < 1 or samples_per_client < 1:
-        raise ValueError("num_clients and samples_per_client must be positive")
+    sizes = np.asarray(sizes)
+    if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(sizes.dtype, np.integer):
+        raise DataError(f"sizes must be a non-empty 1-D sequence of integers, got {sizes!r}")
+    if np.any(sizes < 0) or (not allow_empty and np.any(sizes == 0)):
+        bad = np.flatnonzero(sizes <= 0 if not allow_empty else sizes < 0).tolist()
+        raise DataError(f"client sizes must be positive (pass allow_empty=True for empty clients); clients {bad} have "
+                        f"{sizes[bad].tolist()}")
     k = int(num_classes if num_classes is not None else labels.max() + 1)
     if labels.min() < 0 or labels.max() >= k:
         raise DataError(f"labels must lie in [0, {k}), found [{labels.min()}, {labels.max()}]")
     groups = groups if groups is not None else dominant_groups(k)
-    order = np.argsort(labels)  # official: default (quicksort) argsort
+    if not groups or any(len(g) == 0 for g in groups) or any(not 0 <= c < k for g in groups for c in g):
+        raise DataError(f"groups must be non-empty lists of classes in [0, {k}), got {groups}")
+    if start_cursor < 0:
+        raise DataError(f"start_cursor must be >= 0, got {start_cursor}")
     counts = np.bincount(labels, minlength=k)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    if order_seed is None:
+        order = np.argsort(labels)  # official: default (quicksort) argsort
+    else:
+        rng = np.random.default_rng(order_seed)
+        order = np.concatenate([rng.permutation(np.flatnonzero(labels == c)) for c in range(k)])
     cursor = np.full(k, start_cursor, dtype=np.int64)
-    n_iid = int(np.floor(samples_per_client * s))
 
     clients = []
-    for i in range(num_clients):
+    for i, size in enumerate(sizes.tolist()):
+        n_iid = int(np.floor(size * s))
         takes: list[tuple[int, int]] = list(zip(range(k), _split_evenly(n_iid, k))) if n_iid else []
         dominant = groups[i % len(groups)]
-        rest = samples_per_client - n_iid
+        rest = size - n_iid
         if rest:
             takes += list(zip(dominant, _split_evenly(rest, len(dominant))))
         chosen = []
