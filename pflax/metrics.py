@@ -84,7 +84,8 @@ def summarize(accuracy: np.ndarray, n: np.ndarray | None = None, local_only_accu
     if local_only_accuracy is not None:
         local = _accuracies("local_only_accuracy", local_only_accuracy)
         if local.shape != acc.shape:
-            raise ValueError(f"local_only_accuracy must have one value per client, shape {acc.shape}; got {local.shape}")
+            raise ValueError(f"local_only_accuracy must have one value per client, shape {acc.shape}; "
+                             f"got {local.shape}")
         out["local_only_mean"] = float(local.mean() * 100.0)
         out["mean_gain"] = float((acc - local).mean() * 100.0)
         out["ipr"], out["rsd"] = ipr_rsd(acc, local)

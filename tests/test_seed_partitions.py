@@ -49,7 +49,8 @@ def expected_s_counts(n: int, s: float, group: list[int], k: int = 10) -> np.nda
 
 # ------------------------------------------------------------------------------- sized s% core
 @FAST
-@given(sizes=st.lists(st.integers(1, 150), min_size=1, max_size=25), s=st.floats(0, 1), order_seed=st.none() | st.integers(0, 99))
+@given(sizes=st.lists(st.integers(1, 150), min_size=1, max_size=25), s=st.floats(0, 1),
+       order_seed=st.none() | st.integers(0, 99))
 def test_sized_shards_follow_the_s_rule_per_client(sizes, s, order_seed):
     clients = fedpac_shards_sized(Y, sizes, s, 10, order_seed=order_seed)
     counts = class_counts(Y, clients, 10)
@@ -67,7 +68,9 @@ def test_sized_shards_order_seed_changes_samples_not_counts():
     assert same_partition(a, fedpac_shards_sized(Y, [100] * 4, 0.2, 10, order_seed=1))
 
 
-@pytest.mark.parametrize("sizes, match", [([], "non-empty"), ([10, 0], "positive"), ([10, -1], "positive"), ([1.5], "integers")])
+@pytest.mark.parametrize("sizes, match", [
+    ([], "non-empty"), ([10, 0], "positive"), ([10, -1], "positive"), ([1.5], "integers"),
+])
 def test_sized_shards_reject_bad_sizes(sizes, match):
     with pytest.raises(DataError, match=match):
         fedpac_shards_sized(Y, sizes, 0.2, 10)
@@ -307,9 +310,10 @@ def test_rotate_images_right_angles_are_exact():
     img = rng.normal(size=(3, 6, 6)).astype(np.float32)
     for interp in ("nearest", "bilinear"):
         np.testing.assert_allclose(rotate_images(img, 0, interpolation=interp), img, atol=1e-6)
-        np.testing.assert_allclose(rotate_images(img, 90, interpolation=interp), np.rot90(img, 1, axes=(1, 2)), atol=1e-5)
+        rot = lambda deg: rotate_images(img, deg, interpolation=interp)
+        np.testing.assert_allclose(rot(90), np.rot90(img, 1, axes=(1, 2)), atol=1e-5)
         np.testing.assert_allclose(rotate_images(img, 180, interpolation=interp), img[:, ::-1, ::-1], atol=1e-5)
-        np.testing.assert_allclose(rotate_images(img, -90, interpolation=interp), np.rot90(img, -1, axes=(1, 2)), atol=1e-5)
+        np.testing.assert_allclose(rot(-90), np.rot90(img, -1, axes=(1, 2)), atol=1e-5)
         np.testing.assert_allclose(rotate_images(img, 360, interpolation=interp), img, atol=1e-5)
     nhwc = rng.normal(size=(2, 5, 5, 3)).astype(np.float32)
     np.testing.assert_allclose(rotate_images(nhwc, 90), np.rot90(nhwc, 1, axes=(1, 2)), atol=1e-6)
@@ -362,7 +366,8 @@ def test_rotate_images_errors():
 
 # ---------------------------------------------------------------------------- large/small clients
 @FAST
-@given(num_clients=st.integers(1, 30), large=st.integers(2, 120), frac=st.floats(0.01, 1), num_large=st.none() | st.integers(0, 30))
+@given(num_clients=st.integers(1, 30), large=st.integers(2, 120), frac=st.floats(0.01, 1),
+       num_large=st.none() | st.integers(0, 30))
 def test_quantity_skew_sizes_and_labels(num_clients, large, frac, num_large):
     small = max(1, int(large * frac))
     num_large_eff = num_clients // 2 if num_large is None else min(num_large, num_clients)
@@ -456,7 +461,8 @@ def test_evaluated_model_record():
         "stage_meaning": EVALUATION_STAGES["after_aggregation"], "clients": "all", "split": "test",
         "total_rounds": 200, "fine_tune_epochs": 0,
     }
-    assert evaluated_model("global", 0, stage="after_local_training", clients="participants")["clients"] == "participants"
+    rec = evaluated_model("global", 0, stage="after_local_training", clients="participants")
+    assert rec["clients"] == "participants" and rec["round"] == 0
     for kwargs, match in [({"model": ""}, "model"), ({"round": -1}, "round"), ({"round": 1.5}, "round"),
                           ({"stage": "end"}, "stage"), ({"clients": "some"}, "clients"),
                           ({"total_rounds": 5, "round": 10}, "total_rounds"), ({"split": ""}, "split")]:

@@ -229,7 +229,8 @@ def pathological_class_sets(
     num_classes = _positive_int(num_classes, "num_classes")
     sizes = [int(c) for c in classes_per_group]
     if not sizes or any(c < 1 or c > num_classes for c in sizes):
-        raise DataError(f"classes_per_group must be non-empty with entries in [1, {num_classes}], got {list(classes_per_group)}")
+        raise DataError(f"classes_per_group must be non-empty with entries in [1, {num_classes}], "
+                        f"got {list(classes_per_group)}")
     if mode not in ("random", "clustered"):
         raise DataError(f"mode must be 'random' or 'clustered', got {mode!r}")
     rng = np.random.default_rng(seed)
@@ -241,7 +242,8 @@ def pathological_class_sets(
         keys = {tuple(x.tolist()) for x in sets}
         if len(keys) == len(sets):
             return [sets[i % len(sizes)].copy() for i in range(num_clients)]
-    raise DataError(f"could not draw {len(sizes)} pairwise different class sets of sizes {sizes} from {num_classes} classes")
+    raise DataError(f"could not draw {len(sizes)} pairwise different class sets of sizes {sizes} "
+                    f"from {num_classes} classes")
 
 
 def pathological(
@@ -257,7 +259,8 @@ def pathological(
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """FedPAC Table 7 (CIFAR-10, 20 clients, 600 samples each, sampling rate 1.0): clients in group
     ``i mod 5`` see 3/3/5/5/8 classes, with samples "balanced across classes at each client"
-    (600 = 3 x 200 = 5 x 120 = 8 x 75; for other sizes the remainder goes to the client's largest class).
+    (600 = 3 x 200 = 5 x 120 = 8 x 75; for other sizes the remainder goes to its highest-numbered class, as in
+    FedPAC's partition).
 
     ``mode`` is ``"random"`` or ``"clustered"`` (see :func:`pathological_class_sets` for our reading);
     pass ``class_sets`` (e.g. the train split's) to fix the sets, which then overrides ``mode`` and
@@ -497,8 +500,8 @@ def rotate_clients(data, angles: np.ndarray, fill: float | None = None, interpol
     angles = np.asarray(angles, np.float64)
     ids = np.asarray(data.client_ids)
     if angles.ndim != 1 or (ids.size and ids.max() >= angles.size):
-        raise DataError(f"angles must be 1-D with an entry for every client id (max id {ids.max() if ids.size else None}), "
-                        f"got shape {angles.shape}")
+        raise DataError(f"angles must be 1-D with an entry for every client id "
+                        f"(max id {ids.max() if ids.size else None}), got shape {angles.shape}")
     x, mask = np.asarray(data.x), np.asarray(data.mask).astype(bool)
     out = np.zeros_like(x)
     for r, cid in enumerate(ids.tolist()):
