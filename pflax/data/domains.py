@@ -200,8 +200,7 @@ def digits_five_tfds(data_dir: str | None = None, train_per_domain: int = 1000, 
     for domain in domains:
         if domain in TFDS_NAMES:
             ds = load_tfds(TFDS_NAMES[domain], data_dir)
-            # load_tfds normalises with the dataset statistics; undo to raw [0, 1] images is not
-            # possible in general, so read the raw arrays again from its unnormalised form.
+            # load_tfds normalises with the dataset's statistics; map back to [0, 1] before FedBN's transform.
             raw = _denormalize(ds.x_train, domain), _denormalize(ds.x_test, domain)
             x_train, y_train, x_test, y_test = raw[0], ds.y_train, raw[1], ds.y_test
         else:
@@ -213,11 +212,15 @@ def digits_five_tfds(data_dir: str | None = None, train_per_domain: int = 1000, 
         if len(y_train) < train_per_domain:
             raise DataError(f"{domain}: {len(y_train)} training images, fewer than {train_per_domain}")
         pick = rng.permutation(len(y_train))[:train_per_domain]
-        xs_tr.append(normalize(_resize_rgb32((x_train[pick] * 255).astype(np.uint8))))
+        xs_tr.append(normalize(_resize_rgb32(_to_uint8(x_train[pick]))))
         ys_tr.append(y_train[pick].astype(np.int32))
-        xs_te.append(normalize(_resize_rgb32((x_test * 255).astype(np.uint8))))
+        xs_te.append(normalize(_resize_rgb32(_to_uint8(x_test))))
         ys_te.append(y_test.astype(np.int32))
     return _stack(xs_tr, ys_tr), _stack(xs_te, ys_te), list(domains)
+
+
+def _to_uint8(x01: np.ndarray) -> np.ndarray:
+    return np.round(np.clip(x01, 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
 def _denormalize(x: np.ndarray, domain: str) -> np.ndarray:
