@@ -324,3 +324,19 @@ def test_offline_digit_domains(mnist_dir, fmnist_dir):
     assert min(np.linalg.norm(means[i] - means[j]) for i in range(5) for j in range(i + 1, 5) if {i, j} != {0, 4}) > 0.05
     # Test images are the same MNIST digits in every domain (same labels, in order).
     assert (np.asarray(test.y) == np.asarray(test.y)[0]).all()
+
+
+def test_digits_five_reads_local_domains_as_rgb32(tmp_path):
+    from pflax.data.domains import digits_five_tfds
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "usps").mkdir()
+    np.savez(tmp_path / "usps" / "data.npz", x_train=rng.integers(0, 256, (30, 16, 16), dtype=np.uint8),
+             y_train=rng.integers(0, 10, 30), x_test=rng.integers(0, 256, (12, 16, 16), dtype=np.uint8),
+             y_test=rng.integers(0, 10, 12))
+    train, test, names = digits_five_tfds(str(tmp_path), train_per_domain=20, domains=("usps",))
+    assert names == ["usps"] and train.x.shape == (1, 20, 32, 32, 3) and test.x.shape == (1, 12, 32, 32, 3)
+    x = np.asarray(test.x)[0]
+    assert -1.0 <= x.min() and x.max() <= 1.0 and np.allclose(x[..., 0], x[..., 2])  # grey -> RGB
+    with pytest.raises(Exception, match="fewer than"):
+        digits_five_tfds(str(tmp_path), train_per_domain=31, domains=("usps",))
