@@ -19,7 +19,6 @@ from pflax.core.execution import Execution
 from pflax.data import DataError, dirichlet, fedpac_shards, load_dataset, load_idx_dir, read_idx
 from pflax.models import mlp
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 GOOD = T.client_data(0)
 
 
@@ -41,11 +40,8 @@ def _check(data, state=None, test=None):
     fedpac.check_inputs(state or _state(), data, test)
 
 
-def _damaged_idx_dir(tmp: Path, how: str) -> Path:
-    """A copy of Fashion-MNIST with its smallest file damaged (``how``)."""
-    src = SHARED / "fashion_mnist"
-    if not src.is_dir():
-        pytest.skip(f"real data not found at {src}")
+def _damaged_idx_dir(src: Path, tmp: Path, how: str) -> Path:
+    """A copy of the Fashion-MNIST folder ``src`` with its smallest file damaged (``how``)."""
     dst = tmp / "fashion_mnist"
     shutil.copytree(src, dst)
     victim = dst / "t10k-labels-idx1-ubyte.gz"
@@ -122,8 +118,8 @@ def test_library_rejects(case, thunk, error, match):
         ("missing_file", r"missing IDX files: t10k-labels-idx1-ubyte\[\.gz\]"),
     ],
 )
-def test_damaged_idx_files(tmp_path, how, match):
-    directory = _damaged_idx_dir(tmp_path, how)
+def test_damaged_idx_files(fmnist_dir, tmp_path, how, match):
+    directory = _damaged_idx_dir(fmnist_dir, tmp_path, how)
     with pytest.raises(DataError, match=match):
         load_idx_dir(directory)
 
@@ -230,8 +226,8 @@ def test_cli_rejects(tmp_path, case, args, match):
     _assert_no_partial_files(out)
 
 
-def test_cli_truncated_idx(tmp_path):
-    directory = _damaged_idx_dir(tmp_path / "data", "truncated_gzip")
+def test_cli_truncated_idx(fmnist_dir, tmp_path):
+    directory = _damaged_idx_dir(fmnist_dir, tmp_path / "data", "truncated_gzip")
     out = tmp_path / "out"
     with pytest.raises(SystemExit, match=r"pflax: .*t10k-labels-idx1-ubyte\.gz: cannot read IDX file .*truncated or corrupt"):
         cli.main(TINY + ["--dataset", "fashion_mnist", "--data-dir", str(directory.parent), "--out", str(out)])
