@@ -119,6 +119,23 @@ def summarize(out: Path, arms: list[str]) -> str:
     for arm, m, s, am, asd, n, r in rows:
         cells = " | ".join(f"{a:.2f} ({b:.2f})" for a, b in zip(m, s))
         lines.append(f"| {LABELS.get(arm, arm)} | {cells} | **{am:.2f}** ({asd:.2f}) | {n} | {r} |")
+    # Ablations against FedPick on the same seeds (paired: same data, same initialisation).
+    pick = {json.loads(p.read_text())["seed"]: json.loads(p.read_text()) for p in out.glob("fedpick_seed*.json")}
+    paired = []
+    for arm in arms:
+        if arm not in ABLATIONS:
+            continue
+        runs = [json.loads(p.read_text()) for p in sorted(out.glob(f"{arm}_seed*.json"))]
+        runs = [r for r in runs if r["seed"] in pick]
+        if runs:
+            ours = np.mean([np.mean(r["best_per_domain"]) for r in runs])
+            base = np.mean([np.mean(pick[r["seed"]]["best_per_domain"]) for r in runs])
+            paired.append((arm, sorted(r["seed"] for r in runs), ours, base))
+    if paired:
+        lines += ["", "Ablations, paired with FedPick on the same seeds (mean over domains of the best accuracy):", "",
+                  "| ablation | seeds | ablation | FedPick | difference |", "|---|---|---|---|---|"]
+        for arm, seeds, ours, base in paired:
+            lines.append(f"| {LABELS.get(arm, arm)} | {', '.join(map(str, seeds))} | {ours:.2f} | {base:.2f} | {ours - base:+.2f} |")
     table = "\n".join(lines)
     summary = {arm: {"mean_best": am, "std_best": asd, "per_domain_mean": m.tolist(), "per_domain_std": s.tolist(),
                      "seeds": n, "rounds": r} for arm, m, s, am, asd, n, r in rows}
