@@ -199,7 +199,6 @@ def run_fedpac(args: argparse.Namespace) -> dict:
 
     from . import checkpoint, fedpac
     from .core.execution import Execution
-    from .data import DataError
     from .data.partition import dominant_groups
     from .metrics import summarize
 
@@ -215,11 +214,7 @@ def run_fedpac(args: argparse.Namespace) -> dict:
         )
     except ValueError as err:
         raise SystemExit(f"pflax: {err}") from err
-    state = fedpac.init(jax.random.PRNGKey(args.seed), model, train.x[0], args.clients, config)
-    try:
-        fedpac.check_inputs(state, train, test)
-    except DataError as err:
-        raise SystemExit(f"pflax: {err}") from err
+    state = _init_checked(fedpac, args, model, train, test, config)
 
     out = Path(args.out)
     _remove_stale_temp_files(out)
@@ -403,6 +398,20 @@ def _make_model(args: argparse.Namespace, dataset):
     return fedpac_cnn("cifar10" if dataset.x_train.shape[-1] == 3 else "fmnist", dataset.num_classes)
 
 
+def _init_checked(mod, args: argparse.Namespace, model, train, test, config):
+    """``mod.init`` from ``--seed``, then its eager input checks; bad data ends the CLI with the reason."""
+    import jax
+
+    from .data import DataError
+
+    state = mod.init(jax.random.PRNGKey(args.seed), model, train.x[0], args.clients, config)
+    try:
+        mod.check_inputs(state, train, test)
+    except DataError as err:
+        raise SystemExit(f"pflax: {err}") from err
+    return state
+
+
 def run_baseline(args: argparse.Namespace) -> dict:
     """Any registry algorithm but FedPAC: same data, outputs, checkpoints and resume as FedPAC's run.
     Evaluated every ``--eval-every`` rounds: each client's personalized model (as the module's
@@ -412,7 +421,6 @@ def run_baseline(args: argparse.Namespace) -> dict:
     from . import checkpoint
     from .algorithms import EVALUATE_NEEDS_TRAIN, REGISTRY
     from .core.execution import Execution
-    from .data import DataError
     from .metrics import summarize
 
     mod = REGISTRY[args.algorithm]
@@ -426,11 +434,7 @@ def run_baseline(args: argparse.Namespace) -> dict:
         config = mod.Config(**{k: v for k, v in common.items() if k in names}, **_parse_overrides(mod.Config, args.set))
     except (TypeError, ValueError) as err:
         raise SystemExit(f"pflax: {err}") from err
-    state = mod.init(jax.random.PRNGKey(args.seed), model, train.x[0], args.clients, config)
-    try:
-        mod.check_inputs(state, train, test)
-    except DataError as err:
-        raise SystemExit(f"pflax: {err}") from err
+    state = _init_checked(mod, args, model, train, test, config)
     needs_train = args.algorithm in EVALUATE_NEEDS_TRAIN
     evaluate = (lambda st: mod.evaluate(st, test, train)) if needs_train else (lambda st: mod.evaluate(st, test))
 
