@@ -111,7 +111,9 @@ def main() -> None:
         "speedup_same_inner_vmap": med["1 device, vmap"] / med["2 devices, sharded/vmap"],
         "speedup_best_vs_best": best1 / best2,
         "cpu_count": os.cpu_count(), "load_avg_1min": os.getloadavg()[0],
-        "note": "2-core CPU shared with other jobs during the measurement",
+        "rounds_per_process": args.rounds, "reps": args.reps,
+        "note": "medians over timed rounds after one compiling round per process; load_avg_1min says "
+                "whether other jobs shared the CPU",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "multidevice.json").write_text(json.dumps(report, indent=1))
