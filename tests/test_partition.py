@@ -128,6 +128,17 @@ def test_dirichlet_rejects_nonpositive_beta(beta):
         dirichlet(np.zeros(10, int), 2, beta)
 
 
+@pytest.mark.parametrize("labels, message", [
+    (np.array([0, 1, -1, 2]), r"labels must lie in \[0, 3\), found \[-1, 2\]"),
+    (np.array([0.0, 1.0, 2.0]), r"labels must be integers, got float64"),
+    (np.zeros((3, 2), np.int64), r"labels must be 1-D, got shape \(3, 2\)"),
+    (np.array([], np.int64), r"labels is empty"),
+])
+def test_dirichlet_validates_labels_like_the_other_partitioners(labels, message):
+    with pytest.raises(DataError, match=message):
+        dirichlet(labels, num_clients=2, beta=1.0)
+
+
 def test_from_partition_pads_and_masks():
     x = np.arange(10, dtype=np.float32)[:, None]
     y = np.arange(10) % 3

@@ -16,6 +16,24 @@ __all__ = ["fedpac_shards", "fedpac_shards_sized", "dominant_groups", "dirichlet
 _TEN_CLASS_GROUPS = [[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8], [8, 9, 0]]
 
 
+def check_labels(labels, num_classes: int | None) -> tuple[np.ndarray, int]:
+    """Validate a 1-D integer label array; returns it as numpy and the number of classes
+    (``num_classes``, or ``max + 1`` when it is None). Every partitioner starts here."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise DataError(f"labels must be 1-D, got shape {labels.shape}")
+    if labels.size == 0:
+        raise DataError("labels is empty")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise DataError(f"labels must be integers, got {labels.dtype}")
+    k = int(num_classes if num_classes is not None else labels.max() + 1)
+    if k < 1:
+        raise DataError(f"num_classes must be positive, got {k}")
+    if labels.min() < 0 or labels.max() >= k:
+        raise DataError(f"labels must lie in [0, {k}), found [{labels.min()}, {labels.max()}]")
+    return labels, k
+
+
 def dominant_groups(num_classes: int) -> list[list[int]]:
     """FedPAC's dominant-class sets: 5 overlapping triples for 10 classes; digits / upper / lower for
     EMNIST-byclass (62). Client ``i`` belongs to group ``i mod len(groups)``."""
@@ -77,13 +95,7 @@ def fedpac_shards_sized(
     permutation inside every class block, so repetitions can draw different samples. A size of 0 is a
     :class:`DataError` unless ``allow_empty=True``.
     """
-    labels = np.asarray(labels)
-    if labels.ndim != 1:
-        raise DataError(f"labels must be 1-D, got shape {labels.shape}")
-    if labels.size == 0:
-        raise DataError("labels is empty")
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"labels must be integers, got {labels.dtype}")
+    labels, k = check_labels(labels, num_classes)
     if not 0.0 <= s <= 1.0:
         raise ValueError(f"s (the uniform share) must be in [0, 1], got {s}")
     sizes = np.asarray(sizes)
@@ -93,9 +105,6 @@ def fedpac_shards_sized(
         bad = np.flatnonzero(sizes <= 0 if not allow_empty else sizes < 0).tolist()
         raise DataError(f"client sizes must be positive (pass allow_empty=True for empty clients); clients {bad} have "
                         f"{sizes[bad].tolist()}")
-    k = int(num_classes if num_classes is not None else labels.max() + 1)
-    if labels.min() < 0 or labels.max() >= k:
-        raise DataError(f"labels must lie in [0, {k}), found [{labels.min()}, {labels.max()}]")
     groups = groups if groups is not None else dominant_groups(k)
     if not groups or any(len(g) == 0 for g in groups) or any(not 0 <= c < k for g in groups for c in g):
         raise DataError(f"groups must be non-empty lists of classes in [0, {k}), got {groups}")
@@ -150,7 +159,7 @@ def dirichlet(
     Each sample goes to exactly one client. Redrawn (up to ``max_tries``) until every client holds at
     least ``min_size`` samples.
     """
-    labels = np.asarray(labels)
+    labels, _ = check_labels(labels, None)
     if beta <= 0:
         raise ValueError(f"Dirichlet beta must be > 0, got {beta}")
     if num_clients < 1:

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .partition import _split_evenly, dominant_groups, fedpac_shards_sized
+from .partition import _split_evenly, check_labels as _labels, dominant_groups, fedpac_shards_sized
 from .sources import DataError
 
 __all__ = [
@@ -54,22 +54,6 @@ ROTATION_ANGLES = (0.0, 72.0, 144.0, 216.0, 288.0)  # Table 10 default (our choi
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _labels(labels, num_classes: int | None) -> tuple[np.ndarray, int]:
-    labels = np.asarray(labels)
-    if labels.ndim != 1:
-        raise DataError(f"labels must be 1-D, got shape {labels.shape}")
-    if labels.size == 0:
-        raise DataError("labels is empty")
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"labels must be integers, got {labels.dtype}")
-    k = int(num_classes if num_classes is not None else labels.max() + 1)
-    if k < 1:
-        raise DataError(f"num_classes must be positive, got {k}")
-    if labels.min() < 0 or labels.max() >= k:
-        raise DataError(f"labels must lie in [0, {k}), found [{labels.min()}, {labels.max()}]")
-    return labels, k
-
-
 def _positive_int(value, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise DataError(f"{name} must be an integer, got {value!r}")
