@@ -270,7 +270,8 @@ def cmd_plot(args):
     axes[2].set(xlabel="clients per round", ylabel="MiB", title="memory: process peak RSS (solid), JAX live (dotted)")
     for ax in axes:
         ax.legend(fontsize=7)
-    fig.suptitle("pflax vs PyTorch loop, 2-core CPU shared with other jobs; random data, "
+    load = max(r.get("load_avg_1min", 0.0) for r in rows)
+    fig.suptitle(f"pflax vs PyTorch loop, {os.cpu_count()}-core CPU (max 1-min load while measured {load:.1f}); random data, "
                  f"{rows[0]['samples_per_client']} samples/client, 1+5 (FedPAC) or 5 (FedAvg) epochs")
     fig.tight_layout()
     fig.savefig(RESULTS / "scaling.png", dpi=110)
