@@ -120,7 +120,7 @@ def summarize(out: Path, arms: list[str]) -> str:
         cells = " | ".join(f"{a:.2f} ({b:.2f})" for a, b in zip(m, s))
         lines.append(f"| {LABELS.get(arm, arm)} | {cells} | **{am:.2f}** ({asd:.2f}) | {n} | {r} |")
     # Ablations against FedPick on the same seeds (paired: same data, same initialisation).
-    pick = {json.loads(p.read_text())["seed"]: json.loads(p.read_text()) for p in out.glob("fedpick_seed*.json")}
+    pick = {r["seed"]: r for r in (json.loads(p.read_text()) for p in out.glob("fedpick_seed*.json"))}
     paired = []
     for arm in arms:
         if arm not in ABLATIONS:
