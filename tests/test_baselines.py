@@ -285,6 +285,24 @@ def test_knn_probabilities_by_hand():
     np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("mod", [fedavg_ft, knnper], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_evaluating_on_a_fedavg_trajectory_equals_the_direct_run(mod, fed):
+    """The premise of benchmarks/fedavg_family_eval.py: FedAvg-FT and kNN-Per train exactly as FedAvg
+    (model, round counter and PRNG keys), so their evaluate on FedAvg's state equals the direct run's."""
+    train, test = fed
+    direct = start(mod, fed)
+    avg = fedavg.init(KEY, MODEL, train.x[0], NUM_CLIENTS, fedavg.Config(**FAST))
+    for _ in range(2):
+        direct, _ = mod.round(direct, train)
+        avg, _ = fedavg.round(avg, train)
+    np.testing.assert_array_equal(np.asarray(direct.key), np.asarray(avg.key))
+    np.testing.assert_array_equal(np.asarray(direct.round), np.asarray(avg.round))
+    for a, b in zip(jax.tree.leaves(avg.params), jax.tree.leaves(direct.shared)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    derived = start(mod, fed).replace(shared=avg.params, round=avg.round, key=avg.key, sampling_key=avg.sampling_key)
+    np.testing.assert_allclose(accuracy(mod, derived, fed), accuracy(mod, direct, fed), atol=1e-6)
+
+
 def test_knnper_trains_as_fedavg_and_lam_zero_is_the_global_model(fed):
     train, test = fed
     state, _ = knnper.round(start(knnper, fed), train)
