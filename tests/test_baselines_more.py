@@ -26,7 +26,8 @@ CONFIGS = {
     perfedavg: dict(alpha=0.05, beta=0.05),
     # Thresholds that always split once round >= start_round (2): rounds 0-1 are FedAvg, then bi-partitions.
     cfl: dict(eps1=1e9, eps2=0.0, start_round=2, max_clusters=4),
-    pfedhn: dict(inner_steps=10, server_lr=0.05),
+    # Plain server SGD here, so the hand computation below is the whole rule.
+    pfedhn: dict(inner_steps=10, server_lr=0.05, server_momentum=0.0, server_weight_decay=0.0),
 }
 NEEDS_TRAIN = (perfedavg,)
 
@@ -292,7 +293,7 @@ def test_pfedhn_server_step_is_jacobian_transpose_times_delta(fed):
     new, metrics = pfedhn.round(state, train)  # every client, so the learning test's compilation is reused
     c = state.config
     inner = jax.jit(lambda th, idx, ok, x, y: sgd_steps(th, base.ce_loss(MODEL), {"x": x, "y": y}, idx, ok, c.optimizer()))
-    psi = jax.tree.map(lambda a: np.asarray(a, np.float64), state.shared)
+    psi = jax.tree.map(lambda a: np.asarray(a, np.float64), state.shared["hypernetwork"])
     unravel = pfedhn.unraveler(MODEL, train.x[0])
     want = jax.tree.map(np.copy, psi)
     for i in range(NUM_CLIENTS):
@@ -300,7 +301,7 @@ def test_pfedhn_server_step_is_jacobian_transpose_times_delta(fed):
         # The client's inner steps, redone with the same minibatches and optimiser.
         key = jax.random.fold_in(jax.random.fold_in(state.key, state.round), i)
         idx, ok = pfedhn.random_minibatches(key, train.mask[i], c.inner_steps, c.batch_size)
-        theta = unravel(pfedhn.generate_flat(state.shared, state.local["embed"][i]))
+        theta = unravel(pfedhn.generate_flat(state.shared["hypernetwork"], state.local["embed"][i]))
         trained, _ = inner(theta, idx, ok, train.x[i], train.y[i])
         delta = np.asarray(ravel_pytree(theta)[0] - ravel_pytree(trained)[0], np.float64)
         assert float(metrics["delta_norm"][i]) == pytest.approx(np.linalg.norm(delta), rel=1e-4)
@@ -318,7 +319,23 @@ def test_pfedhn_server_step_is_jacobian_transpose_times_delta(fed):
             want["hidden"][k]["b"] -= c.server_lr * g
             g = psi["hidden"][k]["w"] @ g
         np.testing.assert_allclose(np.asarray(new.local["embed"][i]), e - c.server_lr * g, rtol=1e-4, atol=1e-6)
-    assert_trees_close(new.shared, want, rtol=1e-4, atol=1e-6)
+    assert_trees_close(new.shared["hypernetwork"], want, rtol=1e-4, atol=1e-6)
+
+
+def test_pfedhn_server_momentum_is_pytorch_heavy_ball(fed):
+    """With momentum m the server step is PyTorch SGD's: round 1 equals plain SGD (zero buffer), and
+    round 2 moves by plain SGD's step plus m times round 1's step, for psi and the embeddings alike."""
+    train, _ = fed
+    plain, heavy = start(pfedhn, fed), start(pfedhn, fed, server_momentum=0.9)
+    p1, _ = pfedhn.round(plain, train)
+    h1, _ = pfedhn.round(heavy, train)
+    part = lambda st: {"psi": st.shared["hypernetwork"], "embed": st.local["embed"]}
+    assert_trees_close(part(h1), part(p1), rtol=1e-6, atol=1e-7)
+    p2, _ = pfedhn.round(p1, train)  # same point, same keys: the same round-2 gradient as the momentum run
+    h2, _ = pfedhn.round(h1, train)
+    first_step = jax.tree.map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b, np.float64), part(plain), part(p1))
+    expected = jax.tree.map(lambda a, d: np.asarray(a, np.float64) - 0.9 * d, part(p2), first_step)
+    assert_trees_close(part(h2), expected, rtol=1e-4, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------ API

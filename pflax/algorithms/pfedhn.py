@@ -1,9 +1,10 @@
 """pFedHN (Shamsian et al., 2021): a server hypernetwork generates every client's model.
 
-State: ``shared`` = the hypernetwork ``psi``, an MLP ``h_psi`` from a client embedding to the whole
-target model flattened with ``jax.flatten_util.ravel_pytree`` (``Linear(embed_dim, hidden) -> ReLU ->
-[Linear(hidden, hidden) -> ReLU] * (hidden_layers - 1) -> Linear(hidden, P)``); ``local`` = the
-client embeddings ``{"embed": [embed_dim]}`` (learned by the server; stored per client).
+State: ``shared = {"hypernetwork": psi, "opt_state": ...}``, the hypernetwork ``psi`` (an MLP ``h_psi``
+from a client embedding to the whole target model flattened with ``jax.flatten_util.ravel_pytree``:
+``Linear(embed_dim, hidden) -> ReLU -> [Linear(hidden, hidden) -> ReLU] * (hidden_layers - 1) ->
+Linear(hidden, P)``) and the server optimiser's state for it; ``local = {"embed": [embed_dim],
+"opt_state": ...}``, each client's embedding (learned by the server) and the optimiser state for it.
 
 One round, for the participants ``i``:
 
@@ -12,8 +13,10 @@ One round, for the participants ``i``:
    minibatch of ``batch_size`` of its training samples (fresh optimiser, FedPAC's common setting:
    lr 0.01, momentum 0.5, wd 5e-4), and returns ``dtheta_i = theta_i - theta~_i``;
 3. the server applies the chain rule with ``jax.vjp``: ``grad_psi = sum_i J_psi(e_i)^T dtheta_i`` and
-   ``grad_{e_i} = J_{e_i}^T dtheta_i``, and takes plain SGD steps ``psi <- psi - server_lr * grad_psi``,
-   ``e_i <- e_i - server_lr * grad_{e_i}``.
+   ``grad_{e_i} = J_{e_i}^T dtheta_i``, and feeds them to the official server optimiser, PyTorch SGD
+   with ``server_lr``, momentum ``server_momentum`` = 0.9 and coupled weight decay
+   ``server_weight_decay`` = 1e-3 (official ``pFedHN`` trainer); with both 0 the step is plain
+   ``psi <- psi - server_lr * grad_psi``, ``e_i <- e_i - server_lr * grad_{e_i}``.
 
 Evaluation: each client's generated model ``h_psi(e_i)`` (no local training) on its own test split.
 
@@ -26,9 +29,11 @@ parameters gives ~8M); layers use PyTorch's default uniform init, embeddings ``N
 
 Deliberate differences from the official code: all participants of a round train from the same
 ``psi`` and their gradients are summed into one server step (the official code takes one server step
-per sampled client, sequentially; the sum is that many steps taken at one point); the server step is
-plain SGD without the official momentum 0.9, weight decay 1e-3 and gradient-norm clip 50 (the state
-keeps no optimiser); ``local_epochs`` is unused (the client takes ``inner_steps`` steps); the client
+per sampled client, sequentially; the sum is that many steps taken at one point, with one momentum
+update per round); the official gradient-norm clip at 50 is not applied (it clips one client's
+gradient; clipping the sum would be a different rule, and clipping each client's would need a copy of
+``psi``'s gradient per client); an embedding's weight decay and momentum act only in rounds where its
+client participates (officially the whole embedding table decays every step); ``local_epochs`` is unused (the client takes ``inner_steps`` steps); the client
 optimiser is FedPAC's common SGD (official: lr 5e-3, momentum 0.9, wd 5e-5). A participant without
 data returns ``dtheta = 0`` and changes nothing.
 """
@@ -38,14 +43,16 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax.flatten_util import ravel_pytree
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from ..core.optim import pytorch_sgd
 from ..core.train import sgd_steps
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
-           "generate_flat", "server_gradients", "unraveler"]
+           "generate_flat", "server_gradients", "server_optimizer", "unraveler"]
 
 HYPERNET_STREAM = 0x4E7
 
@@ -53,6 +60,8 @@ HYPERNET_STREAM = 0x4E7
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
     server_lr: float = 0.01
+    server_momentum: float = 0.9
+    server_weight_decay: float = 1e-3
     embed_dim: int = 16
     hidden: int = 100
     hidden_layers: int = 2
@@ -61,6 +70,8 @@ class Config(base.SGDConfig):
     def __post_init__(self):
         super().__post_init__()
         base.require(self.server_lr > 0, f"pFedHN server_lr must be > 0, got {self.server_lr}")
+        base.require(0.0 <= self.server_momentum < 1.0, f"pFedHN server_momentum must be in [0, 1), got {self.server_momentum}")
+        base.require(self.server_weight_decay >= 0, f"pFedHN server_weight_decay must be >= 0, got {self.server_weight_decay}")
         base.require(self.embed_dim >= 1 and self.hidden >= 1 and self.hidden_layers >= 1,
                      "pFedHN embed_dim, hidden and hidden_layers must be >= 1")
         base.require(self.inner_steps >= 0, f"pFedHN inner_steps must be >= 0, got {self.inner_steps}")
@@ -94,14 +105,20 @@ def unraveler(model, sample_x):
     return ravel_pytree(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))[1]
 
 
+def server_optimizer(cfg: Config):
+    return pytorch_sgd(cfg.server_lr, cfg.server_momentum, cfg.server_weight_decay)
+
+
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     k_model = jax.random.split(key, 3)[0]
     k_hnet, k_embed = jax.random.split(jax.random.fold_in(k_model, HYPERNET_STREAM))
     size = ravel_pytree(model.init(k_model, sample_x[:1]))[0].size
     psi = init_hypernetwork(k_hnet, config, size)
-    state = base.init_state(key, model, sample_x, num_clients, config,
-                            lambda params: (psi, {"embed": jnp.zeros((config.embed_dim,), jnp.float32)}))
-    return state.replace(local={"embed": jax.random.normal(k_embed, (num_clients, config.embed_dim), jnp.float32)})
+    opt = server_optimizer(config)
+    embeds = jax.random.normal(k_embed, (num_clients, config.embed_dim), jnp.float32)
+    shared = {"hypernetwork": psi, "opt_state": opt.init(psi)}
+    state = base.init_state(key, model, sample_x, num_clients, config, lambda params: (shared, {}))
+    return state.replace(local={"embed": embeds, "opt_state": jax.vmap(opt.init)(embeds)})
 
 
 def server_gradients(psi, embeds, deltas):
@@ -131,16 +148,20 @@ def _client_update(client, _, model, cfg: Config):
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
+    opt = server_optimizer(cfg)
     unravel = unraveler(model, batch.x[0])
-    embeds = base.take(state.local, batch.client_ids)["embed"]
-    flat = jax.vmap(generate_flat, in_axes=(None, 0))(state.shared, embeds)
+    psi = state.shared["hypernetwork"]
+    local = base.take(state.local, batch.client_ids)
+    flat = jax.vmap(generate_flat, in_axes=(None, 0))(psi, local["embed"])
     inputs = {**base.client_inputs(state, batch), "theta": jax.vmap(unravel)(flat)}
     out = base.run_clients(state, inputs, lambda c, s: _client_update(c, s, model, cfg))
-    grad_psi, grad_embeds = server_gradients(state.shared, embeds, out["delta"])
-    psi = jax.tree.map(lambda p, g: p - cfg.server_lr * g, state.shared, grad_psi)
-    new_local = {"embed": embeds - cfg.server_lr * grad_embeds}
+    grad_psi, grad_embeds = server_gradients(psi, local["embed"], out["delta"])
+    psi_updates, psi_opt = opt.update(grad_psi, state.shared["opt_state"], psi)
+    embed_updates, embed_opt = jax.vmap(opt.update)(grad_embeds, local["opt_state"], local["embed"])
+    shared = {"hypernetwork": optax.apply_updates(psi, psi_updates), "opt_state": psi_opt}
+    new_local = {"embed": optax.apply_updates(local["embed"], embed_updates), "opt_state": embed_opt}
     metrics = {"n": out["n"], "loss": out["loss"], "delta_norm": jnp.linalg.norm(out["delta"], axis=-1)}
-    new_state, metrics = base.finish_round(state, batch, psi, new_local, metrics)
+    new_state, metrics = base.finish_round(state, batch, shared, new_local, metrics)
     if test is not None:
         metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
     return new_state, metrics
@@ -152,7 +173,7 @@ round.__doc__ = "One pFedHN round: ``(state, batch[, test]) -> (state, metrics)`
 
 def _evaluate(state: State, test):
     unravel = unraveler(state.model, test.x[0])
-    return base.evaluate_personal(state, test, lambda c, psi: unravel(generate_flat(psi, c["local"]["embed"])))
+    return base.evaluate_personal(state, test, lambda c, shared: unravel(generate_flat(shared["hypernetwork"], c["local"]["embed"])))
 
 
 evaluate = jax.jit(_evaluate)
