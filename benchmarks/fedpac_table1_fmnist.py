@@ -22,6 +22,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +77,15 @@ def run(label: str, rounds: int, data_dir: str, eval_every: int = 10) -> None:
     if (out / "checkpoints").exists():
         cmd.append("--resume")
     print(f"== {label}: {' '.join(cmd[2:])}", flush=True)
-    subprocess.run(cmd, check=True, cwd=REPO)
+    proc = subprocess.Popen(cmd, cwd=REPO)
+    try:
+        code = proc.wait()
+    finally:  # stopping this script (Ctrl-C, kill) must not leave the run going on alone
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
 
 
 def results_path(label: str) -> Path:
@@ -186,6 +195,7 @@ def plot() -> None:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup in run() on `kill` too
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", nargs="+", default=list(METHODS), metavar="LABEL")
     p.add_argument("--rounds", type=int, default=200)
