@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -36,7 +37,7 @@ DERIVED = {"FedAvg-FT": ("fedavg_ft", "fedavg_ft"), "kNN-Per": ("knn_per", "knnp
 TOLERANCE = 1e-6  # accuracies are multiples of 1/600; anything beyond round-off is a real mismatch
 
 
-def load_setting():
+def load_setting(data_dir: str):
     """The FedAvg run's arguments, federation, model and a template state to restore into."""
     from pflax import cli
     from pflax.algorithms import REGISTRY
@@ -45,7 +46,7 @@ def load_setting():
 
     run_args = json.loads((OUT / "fedavg" / "results.json").read_text())["args"]
     ns = argparse.Namespace(**run_args)
-    dataset = load_dataset(ns.dataset, ns.data_dir, seed=ns.seed)
+    dataset = load_dataset(ns.dataset, data_dir, seed=ns.seed)  # the run's own data_dir may be another machine's
     train, test = federate_fedpac(dataset, ns.clients, ns.train_per_client, ns.test_per_client, ns.s, wrap=not ns.no_wrap)
     model = cli._make_model(ns, dataset)
     common = dict(lr=ns.lr, momentum=ns.momentum, weight_decay=ns.weight_decay, batch_size=ns.batch_size,
@@ -116,8 +117,9 @@ def main() -> None:
                         help="the FedAvg run's checkpoint folder")
     parser.add_argument("--verify-checkpoints", type=Path, default=None,
                         help="a FedAvg checkpoint folder holding a round the direct runs also evaluated")
+    parser.add_argument("--data-dir", default=os.environ.get("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets")))
     args = parser.parse_args()
-    setting = load_setting()
+    setting = load_setting(args.data_dir)
     verification = verify(args.verify_checkpoints, setting) if args.verify_checkpoints else []
     steps = checkpoint.all_steps(args.checkpoints)
     if not steps:
