@@ -33,9 +33,10 @@ per sampled client, sequentially; the sum is that many steps taken at one point,
 update per round); the official gradient-norm clip at 50 is not applied (it clips one client's
 gradient; clipping the sum would be a different rule, and clipping each client's would need a copy of
 ``psi``'s gradient per client); an embedding's weight decay and momentum act only in rounds where its
-client participates (officially the whole embedding table decays every step); ``local_epochs`` is unused (the client takes ``inner_steps`` steps); the client
-optimiser is FedPAC's common SGD (official: lr 5e-3, momentum 0.9, wd 5e-5). A participant without
-data returns ``dtheta = 0`` and changes nothing.
+client participates (officially the whole embedding table decays every step); ``local_epochs`` is
+unused (the client takes ``inner_steps`` steps); the client optimiser is FedPAC's common SGD
+(official: lr 5e-3, momentum 0.9, wd 5e-5). A participant without data returns ``dtheta = 0`` and
+changes nothing.
 """
 from __future__ import annotations
 
