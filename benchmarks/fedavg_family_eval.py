@@ -37,68 +37,69 @@ DERIVED = {"FedAvg-FT": ("fedavg_ft", "fedavg_ft"), "kNN-Per": ("knn_per", "knnp
 TOLERANCE = 1e-6  # accuracies are multiples of 1/600; anything beyond round-off is a real mismatch
 
 
-def load_setting(data_dir: str):
-    """The FedAvg run's arguments, federation, model and a template state to restore into."""
+def run_args(folder: str, data_dir: str) -> argparse.Namespace:
+    """The ``pflax run`` arguments recorded in ``<folder>/results.json``, reading data from ``data_dir``
+    (the recorded data_dir may be another machine's)."""
+    recorded = json.loads((OUT / folder / "results.json").read_text())["args"]
+    return argparse.Namespace(**{**recorded, "data_dir": data_dir})
+
+
+def load_setting(data_dir: str) -> dict:
+    """Everything the evaluations share: the FedAvg run's federation, a template to restore its
+    checkpoints into with its fingerprint, and for each method its module, a state built from its own
+    direct run's arguments (Config included) and that run's evaluated rounds."""
     from pflax import cli
     from pflax.algorithms import REGISTRY
-    from pflax.core.execution import Execution
-    from pflax.data import federate_fedpac, load_dataset
 
-    run_args = json.loads((OUT / "fedavg" / "results.json").read_text())["args"]
-    ns = argparse.Namespace(**run_args)
-    dataset = load_dataset(ns.dataset, data_dir, seed=ns.seed)  # the run's own data_dir may be another machine's
-    train, test = federate_fedpac(dataset, ns.clients, ns.train_per_client, ns.test_per_client, ns.s, wrap=not ns.no_wrap)
-    model = cli._make_model(ns, dataset)
-    common = dict(lr=ns.lr, momentum=ns.momentum, weight_decay=ns.weight_decay, batch_size=ns.batch_size,
-                  local_epochs=ns.local_epochs, execution=Execution(ns.execution))
-    template = REGISTRY["fedavg"].init(jax.random.PRNGKey(ns.seed), model, train.x[0], ns.clients,
-                                       REGISTRY["fedavg"].Config(**common))
-    fingerprint = {k: v for k, v in sorted(run_args.items()) if k not in cli.NOT_FINGERPRINTED}
-    return ns, train, test, model, common, template, fingerprint
-
-
-def derived_state(name: str, folder: str, fedavg_state, ns, train, model, common):
-    """A ``name`` state holding FedAvg's global model, round counter and PRNG keys, with the Config of
-    the method's own direct run (its non-common fields read from that run's results.json)."""
-    from pflax.algorithms import REGISTRY
-
-    mod = REGISTRY[name]
-    own = json.loads((OUT / folder / "results.json").read_text())["config"]
-    extra = {k: v for k, v in own.items() if k not in common and k != "execution"}
-    state = mod.init(jax.random.PRNGKey(ns.seed), model, train.x[0], ns.clients, mod.Config(**common, **extra))
-    if jax.tree.structure(state.shared) != jax.tree.structure(fedavg_state.params):
-        raise SystemExit(f"{name}: its shared tree is not FedAvg's model tree; cannot evaluate it on FedAvg's run")
-    return mod, state.replace(shared=fedavg_state.params, round=fedavg_state.round, key=fedavg_state.key,
-                              sampling_key=fedavg_state.sampling_key)
+    avg_args = run_args("fedavg", data_dir)
+    dataset, train, test = cli._load_federation(avg_args)
+    model = cli._make_model(avg_args, dataset)
+    key = jax.random.PRNGKey(avg_args.seed)
+    fedavg = REGISTRY["fedavg"]
+    template = fedavg.init(key, model, train.x[0], avg_args.clients, cli.baseline_config(fedavg, avg_args))
+    methods = {}
+    for label, (folder, name) in DERIVED.items():
+        mod = REGISTRY[name]
+        own = run_args(folder, data_dir)
+        state = mod.init(key, model, train.x[0], avg_args.clients, cli.baseline_config(mod, own))
+        if jax.tree.structure(state.shared) != jax.tree.structure(template.params):
+            raise SystemExit(f"{name}: its shared tree is not FedAvg's model tree; cannot evaluate it on FedAvg's run")
+        direct = {e["round"]: e["accuracy"] for e in
+                  json.loads((OUT / folder / "results.json").read_text())["personalized_history"]}
+        methods[label] = {"module": mod, "state": state, "direct": direct}
+    fingerprint = {k: v for k, v in sorted(vars(avg_args).items()) if k not in cli.NOT_FINGERPRINTED}
+    return {"train": train, "test": test, "template": template, "fingerprint": fingerprint, "methods": methods}
 
 
-def evaluate_at(directory: Path, step: int, setting) -> dict[str, list[float]]:
+def evaluate_at(directory: Path, step: int, setting: dict) -> dict[str, list[float]]:
+    """Each method's per-client accuracy with FedAvg's global model, round counter and PRNG keys of
+    checkpoint ``step``."""
     from pflax import checkpoint
 
-    ns, train, test, model, common, template, fingerprint = setting
-    restored = checkpoint.restore(directory, template, step=step, run=fingerprint)
+    avg = checkpoint.restore(directory, setting["template"], step=step, run=setting["fingerprint"]).state
     out = {}
-    for label, (folder, name) in DERIVED.items():
-        mod, state = derived_state(name, folder, restored.state, ns, train, model, common)
-        out[label] = np.asarray(jax.device_get(mod.evaluate(state, test, train)["accuracy"]), np.float64).tolist()
+    for label, m in setting["methods"].items():
+        state = m["state"].replace(shared=avg.params, round=avg.round, key=avg.key, sampling_key=avg.sampling_key)
+        acc = m["module"].evaluate(state, setting["test"], setting["train"])["accuracy"]
+        out[label] = np.asarray(jax.device_get(acc), np.float64).tolist()
     return out
 
 
-def verify(directory: Path, setting) -> list[dict]:
+def verify(directory: Path, setting: dict) -> list[dict]:
     """At every step of ``directory`` that a direct run also evaluated, the two must agree."""
     from pflax import checkpoint
 
+    evaluated = set().union(*(m["direct"] for m in setting["methods"].values()))
     report = []
-    for step in checkpoint.all_steps(directory):
+    for step in (s for s in checkpoint.all_steps(directory) if s in evaluated):
         derived = evaluate_at(directory, step, setting)
-        for label, (folder, _) in DERIVED.items():
-            direct = {e["round"]: e["accuracy"] for e in
-                      json.loads((OUT / folder / "results.json").read_text())["personalized_history"]}
-            if step not in direct:
+        for label, m in setting["methods"].items():
+            if step not in m["direct"]:
                 continue
-            diff = float(np.max(np.abs(np.asarray(direct[step]) - np.asarray(derived[label]))))
+            direct = m["direct"][step]
+            diff = float(np.max(np.abs(np.asarray(direct) - np.asarray(derived[label]))))
             report.append({"method": label, "round": step, "max_abs_difference": diff,
-                           "direct_mean": 100 * float(np.mean(direct[step])),
+                           "direct_mean": 100 * float(np.mean(direct)),
                            "derived_mean": 100 * float(np.mean(derived[label]))})
             print(f"verify {label} round {step}: direct {report[-1]['direct_mean']:.2f} %, "
                   f"from FedAvg {report[-1]['derived_mean']:.2f} %, max |difference| {diff:.2e}", flush=True)

@@ -97,16 +97,18 @@ def mean_accuracy(entry: dict) -> float:
     return 100.0 * sum(entry["accuracy"]) / len(entry["accuracy"])
 
 
-def history(label: str) -> tuple[list[dict], dict]:
-    """``(personalized_history, result)`` of a method: its direct run, extended by the evaluations of
-    ``from_fedavg.json`` (FedAvg-FT, kNN-Per on FedAvg's checkpoints) at rounds past the direct run."""
+def history(label: str) -> tuple[list[dict], dict, dict | None]:
+    """``(personalized_history, result, derived)`` of a method: its direct run's history, extended by the
+    evaluations in ``from_fedavg.json`` (FedAvg-FT, kNN-Per on FedAvg's checkpoints, returned as
+    ``derived``) at rounds past the direct run."""
     result = json.loads(results_path(label).read_text())
     hist = list(result["personalized_history"])
     derived_path = OUT / slug(label) / "from_fedavg.json"
-    if label != "FedPAC" and derived_path.exists():
+    derived = json.loads(derived_path.read_text()) if label != "FedPAC" and derived_path.exists() else None
+    if derived is not None:
         last = hist[-1]["round"] if hist else 0
-        hist += [e for e in json.loads(derived_path.read_text())["personalized_history"] if e["round"] > last]
-    return hist, result
+        hist += [e for e in derived["personalized_history"] if e["round"] > last]
+    return hist, result, derived
 
 
 def table() -> str:
@@ -122,7 +124,7 @@ def table() -> str:
         if not path.exists():
             rows.append({"method": label, "pflax": None, "paper": paper.get(label), "rounds": 0, "status": "not run"})
             continue
-        hist, result = history(label)
+        hist, result, derived_file = history(label)
         rounds = hist[-1]["round"]
         derived = rounds > result["rounds_completed"]
         per_client = hist[-1]["accuracy"]
@@ -130,8 +132,7 @@ def table() -> str:
                      "paper": paper.get(label), "rounds": rounds, "fedpac_same_round": fedpac_by_round.get(rounds),
                      "status": (f"direct run: {result['status']}; round {rounds}: evaluated on the FedAvg run's model "
                                 "(benchmarks/fedavg_family_eval.py)") if derived else result["status"],
-                     "evaluated_model": (json.loads((OUT / slug(label) / "from_fedavg.json").read_text())["evaluated_model"]
-                                         if derived else result["evaluated_model"]),
+                     "evaluated_model": derived_file["evaluated_model"] if derived else result["evaluated_model"],
                      "derived_from_fedavg": derived})
     fmt = lambda v: "–" if v is None else f"{v:.2f}"
     lines = ["| method | pflax | paper (200 rounds) | gap to paper | rounds run | FedPAC at the same round | "
@@ -177,7 +178,7 @@ def plot() -> None:
         path = results_path(label)
         if not path.exists():
             continue
-        hist, _ = history(label)
+        hist = history(label)[0]
         rounds = [e["round"] for e in hist]
         acc = [mean_accuracy(e) for e in hist]
         if label != "FedPAC":

@@ -412,6 +412,19 @@ def _init_checked(mod, args: argparse.Namespace, model, train, test, config):
     return state
 
 
+def baseline_config(mod, args: argparse.Namespace):
+    """``mod.Config`` of a ``pflax run <baseline>``: the common SGD options it has, then ``--set`` overrides."""
+    from .core.execution import Execution
+
+    common = dict(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, batch_size=args.batch_size,
+                  local_epochs=args.local_epochs, execution=Execution(args.execution))
+    names = {f.name for f in dataclasses.fields(mod.Config)}
+    try:
+        return mod.Config(**{k: v for k, v in common.items() if k in names}, **_parse_overrides(mod.Config, args.set))
+    except (TypeError, ValueError) as err:
+        raise SystemExit(f"pflax: {err}") from err
+
+
 def run_baseline(args: argparse.Namespace) -> dict:
     """Any registry algorithm but FedPAC: same data, outputs, checkpoints and resume as FedPAC's run.
     Evaluated every ``--eval-every`` rounds: each client's personalized model (as the module's
@@ -420,20 +433,13 @@ def run_baseline(args: argparse.Namespace) -> dict:
 
     from . import checkpoint
     from .algorithms import EVALUATE_NEEDS_TRAIN, REGISTRY
-    from .core.execution import Execution
     from .metrics import summarize
 
     mod = REGISTRY[args.algorithm]
     t_start = time.time()
     dataset, train, test = _load_federation(args)
     model = _make_model(args, dataset)
-    common = dict(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, batch_size=args.batch_size,
-                  local_epochs=args.local_epochs, execution=Execution(args.execution))
-    names = {f.name for f in dataclasses.fields(mod.Config)}
-    try:
-        config = mod.Config(**{k: v for k, v in common.items() if k in names}, **_parse_overrides(mod.Config, args.set))
-    except (TypeError, ValueError) as err:
-        raise SystemExit(f"pflax: {err}") from err
+    config = baseline_config(mod, args)
     state = _init_checked(mod, args, model, train, test, config)
     needs_train = args.algorithm in EVALUATE_NEEDS_TRAIN
     evaluate = (lambda st: mod.evaluate(st, test, train)) if needs_train else (lambda st: mod.evaluate(st, test))
