@@ -70,10 +70,26 @@ def _is_typed_key(x) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+def _host_array(x) -> np.ndarray:
+    """The whole value of ``x`` on this host, also when ``x`` spans several processes (multi-host runs).
+
+    A per-client leaf sharded over the devices of several hosts is gathered onto every host, so every
+    host computes the same checksums and the primary host writes the full array: the state must fit in
+    one host's memory (the clients' data need not, as it is not part of the state).
+    """
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
 def _to_storable(state) -> dict:
     """The state's array fields as a plain dict of host arrays (typed keys -> raw key data)."""
     arrays = {name: getattr(state, name) for name in _array_fields(state)}
-    return jax.tree.map(lambda x: np.asarray(jax.random.key_data(x) if _is_typed_key(x) else x), arrays)
+    return jax.tree.map(lambda x: _host_array(jax.random.key_data(x) if _is_typed_key(x) else x), arrays)
 
 
 def _from_storable(template, arrays: dict):
@@ -214,8 +230,8 @@ def save(directory, state, *, extra: dict | None = None, run: dict | None = None
     import orbax.checkpoint as ocp
 
     directory = Path(directory).absolute()
-    step = int(np.asarray(state.round))
     arrays = _to_storable(state)
+    step = int(_host_array(state.round))
     meta = {
         "fingerprint": fingerprint(state, run),
         "checksums": _checksums(arrays),
