@@ -22,6 +22,11 @@ of the fingerprint on purpose: it says how clients are mapped, not what is compu
 resumed on another machine with another strategy (results then agree to float round-off only, see
 ``tests/test_determinism.py``).
 
+In a multi-process run (``jax.distributed``), every process calls :func:`save` and :func:`restore` with
+the same directory, which all of them must see. Leaves sharded over several processes are gathered onto
+every process first (so the state must fit in one host's memory), and orbax coordinates the write.
+``tests/test_multiprocess.py`` saves and restores a state whose per-client heads span two processes.
+
 Orbax writes every step into a temporary directory and renames it when complete, so a process killed
 mid-save leaves no step that looks complete. A step whose files were truncated or altered afterwards
 is detected (orbax read error or checksum mismatch) and reported as a :class:`CheckpointError`.

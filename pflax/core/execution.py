@@ -10,7 +10,9 @@ An algorithm writes what *one* client does, ``fn(client_inputs, shared) -> outpu
 * ``"sharded"``: the client axis split over a 1-D device mesh with ``shard_map``; each device runs its
   block with the per-device strategy (``inner``). Works for forced host devices
   (``XLA_FLAGS=--xla_force_host_platform_device_count=8``), several GPUs, and several hosts once
-  ``jax.distributed.initialize()`` has made their devices visible.
+  ``jax.distributed.initialize()`` has made their devices visible (two processes over gloo are tested in
+  ``tests/test_multiprocess.py``; each process passes only its clients' rows, assembled with
+  ``jax.make_array_from_process_local_data``).
 * ``"auto"``: ``sharded`` when more than one device is visible, else ``vmap`` on accelerators and
   ``map`` on CPU (measured in ``benchmarks/execution_strategies.py``; on XLA:CPU, vmapping per-client
   weights turns convolutions/matmuls into batched kernels that run slower per client than a sequential
