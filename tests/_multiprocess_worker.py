@@ -29,20 +29,13 @@ def federation():
     return x, y, mask
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--process-id", type=int, required=True)
-    p.add_argument("--num-processes", type=int, required=True)
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--ckpt", required=True)
-    args = p.parse_args()
-
+def run(num_processes: int, out: str, ckpt: str, process_id: int = 0, port: int = 0) -> None:
+    """The run; with ``num_processes=1`` it can also be called in-process (no ``jax.distributed``)."""
     import jax
 
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if args.num_processes > 1:
-        jax.distributed.initialize(f"localhost:{args.port}", num_processes=args.num_processes, process_id=args.process_id)
+    if num_processes > 1:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(f"localhost:{port}", num_processes=num_processes, process_id=process_id)
 
     from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding, PartitionSpec
@@ -65,16 +58,23 @@ def main() -> None:
     execution = Execution("auto")
     cfg = fedpac.Config(batch_size=8, body_epochs=2, execution=execution)
     fresh = fedpac.init(jax.random.PRNGKey(3), mlp(10, hidden=(32, 16)), x[0], CLIENTS, cfg)
-    # Per-client state lives with its clients: each process holds its clients' heads only.
-    fresh = fresh.replace(heads=jax.tree.map(lambda h: global_array(np.asarray(h)), fresh.heads))
+    replicated = NamedSharding(client_mesh(), PartitionSpec())
+
+    def place(state):
+        """Per-client state lives with its clients (each process holds its clients' heads only); the
+        rest is replicated. Placing every state the same way lets all rounds share one compilation."""
+        state = jax.tree.map(lambda a: jax.device_put(a, replicated), state)
+        return state.replace(heads=jax.tree.map(lambda h: global_array(np.asarray(h.addressable_data(0))), state.heads))
+
+    fresh = place(fresh)
 
     state = fresh
     for _ in range(2):
         state, _ = fedpac.round(state, batch)
     heads_sharded_at_save = not jax.tree.leaves(state.heads)[0].is_fully_replicated
-    checkpoint.save(args.ckpt, state)
+    checkpoint.save(ckpt, state)
     final, metrics = fedpac.round(state, batch)
-    resumed = checkpoint.restore(args.ckpt, fresh).state
+    resumed = place(checkpoint.restore(ckpt, fresh).state)
     again, _ = fedpac.round(resumed, batch)
 
     def host(leaf):  # the whole array on this process
@@ -90,11 +90,22 @@ def main() -> None:
     resume_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(leaves, gathered({"body": again.body, "heads": again.heads, "centroids": again.centroids})))
     weights = gathered(metrics["combination_weights"])[0]
     if jax.process_index() == 0:
-        np.savez(args.out, *leaves, combination_weights=weights)
-        with open(args.out + ".json", "w") as f:
+        np.savez(out, *leaves, combination_weights=weights)
+        with open(out + ".json", "w") as f:
             json.dump({"devices": jax.device_count(), "processes": jax.process_count(), "strategy": execution.resolve(),
                        "resume_max_abs_diff": resume_diff, "round": int(host(final.round)),
                        "heads_sharded_at_save": heads_sharded_at_save}, f)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--process-id", type=int, required=True)
+    p.add_argument("--num-processes", type=int, required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--ckpt", required=True)
+    args = p.parse_args()
+    run(args.num_processes, args.out, args.ckpt, args.process_id, args.port)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,22 @@ missing dataset is a failure."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
+# One XLA compilation cache for the whole test run, shared by the pytest-xdist workers and the
+# subprocesses tests start (8 forced devices, multi-process, CLI, notebook): many of them compile the
+# same programs. Set before jax is imported, so every process of the run picks it up; a fresh directory
+# per run, removed at the end, so no state leaks between runs.
+_CACHE_CREATED_HERE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _CACHE_CREATED_HERE:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="pflax-tests-xla-cache-")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,3 +65,9 @@ def small_mlp():
     from pflax.models import mlp
 
     return mlp(10, hidden=(32,))
+
+
+def pytest_unconfigure(config):
+    # Only the process that created the cache directory removes it (the xdist controller, or a plain run).
+    if _CACHE_CREATED_HERE and not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)

@@ -2,7 +2,8 @@
 
 Two processes on this machine stand in for two hosts: each initialises ``jax.distributed`` with CPU
 collectives over gloo and holds only its half of the clients. The result must equal a single-process
-run (``map``) to float round-off, and a checkpoint written by both processes must resume bit-identically.
+run (``map``) to float round-off, and a checkpoint written by both processes must resume bit-identically. The single-process reference
+runs inside the test process.
 """
 from __future__ import annotations
 
@@ -23,6 +24,23 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
         return s.getsockname()[1]
+
+
+def _load(out: Path) -> tuple[list[np.ndarray], np.ndarray, dict]:
+    data = np.load(out)
+    leaves = [data[f"arr_{i}"] for i in range(len(data.files) - 1)]
+    return leaves, data["combination_weights"], json.loads(Path(str(out) + ".json").read_text())
+
+
+def _run_in_this_process(tmp_path: Path):
+    sys.path.insert(0, str(WORKER.parent))
+    try:
+        import _multiprocess_worker
+    finally:
+        sys.path.remove(str(WORKER.parent))
+    out = tmp_path / "out1.npz"
+    _multiprocess_worker.run(1, str(out), str(tmp_path / "ckpt1"))
+    return _load(out)
 
 
 def _run(num_processes: int, tmp_path: Path) -> tuple[list[np.ndarray], np.ndarray, dict]:
@@ -46,13 +64,11 @@ def _run(num_processes: int, tmp_path: Path) -> tuple[list[np.ndarray], np.ndarr
             pytest.fail("multi-process worker timed out")
     for i, proc in enumerate(procs):
         assert proc.returncode == 0, f"process {i} of {num_processes} failed:\n{logs[i][-4000:]}"
-    data = np.load(out)
-    leaves = [data[f"arr_{i}"] for i in range(len(data.files) - 1)]
-    return leaves, data["combination_weights"], json.loads(Path(str(out) + ".json").read_text())
+    return _load(out)
 
 
 def test_two_processes_equal_one_and_resume_bit_identically(tmp_path):
-    one, weights_one, info_one = _run(1, tmp_path)
+    one, weights_one, info_one = _run_in_this_process(tmp_path)
     two, weights_two, info_two = _run(2, tmp_path)
 
     assert (info_one["devices"], info_one["strategy"]) == (1, "map")
