@@ -79,8 +79,8 @@ def _host_array(x) -> np.ndarray:
     """The whole value of ``x`` on this host, also when ``x`` spans several processes (multi-host runs).
 
     A per-client leaf sharded over the devices of several hosts is gathered onto every host, so every
-    host computes the same checksums and the primary host writes the full array: the state must fit in
-    one host's memory (the clients' data need not, as it is not part of the state).
+    host computes the same checksums and hands orbax the full array: the state must fit in one host's
+    memory (the clients' data need not, as it is not part of the state).
     """
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         if x.is_fully_replicated:

@@ -37,7 +37,6 @@ def run(num_processes: int, out: str, ckpt: str, process_id: int = 0, port: int 
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(f"localhost:{port}", num_processes=num_processes, process_id=process_id)
 
-    from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding, PartitionSpec
 
     from pflax import checkpoint
@@ -77,10 +76,7 @@ def run(num_processes: int, out: str, ckpt: str, process_id: int = 0, port: int 
     resumed = place(checkpoint.restore(ckpt, fresh).state)
     again, _ = fedpac.round(resumed, batch)
 
-    def host(leaf):  # the whole array on this process
-        if leaf.is_fully_replicated:
-            return np.asarray(leaf.addressable_data(0))
-        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+    host = checkpoint._host_array  # the whole array on this process, gathered across processes if need be
 
     def gathered(tree):
         return [host(leaf) for leaf in jax.tree.leaves(tree)]

@@ -1,10 +1,12 @@
 """Every execution strategy computes the same rounds as the reference ("map"), on 1 and on 8 devices.
 
 The 8-device part needs ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` before jax is imported,
-so ``tests/test_execution_multidevice.py`` runs this file as a script in a subprocess and reads back the
-differences it prints (a separate file, so that pytest-xdist can run the two halves side by side).
+so it runs this file as a script in a subprocess and reads back the differences it prints.
 """
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -90,6 +92,20 @@ def test_strategies_agree_on_one_device():
     for algorithm, per_strategy in diffs.items():
         for label, d in per_strategy.items():
             assert d < TOL, f"{algorithm} with {label}: max difference {d:.3g} to 'map'"
+
+
+def test_strategies_agree_on_eight_forced_host_devices():
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["device_count"] == 8
+    assert report["auto_resolves_to"] == "sharded"
+    for algorithm, per_strategy in report["diffs"].items():
+        for label, d in per_strategy.items():
+            assert d < TOL, f"{algorithm} with {label} on 8 devices: max difference {d:.3g} to 'map'"
 
 
 def test_execution_rejects_bad_settings():

@@ -3,9 +3,11 @@
 A FedPAC round is ~1,400 minibatch steps of the same CNN in pflax and in PyTorch, so the round-time
 ratio is set by the time of one step. This script measures, in one process:
 
-* ``pflax_step_ms``: one SGD step (forward, backward, update; batch 50) as the round runs it, i.e. inside
-  ``lax.scan`` (one jit, 5 epochs x 12 steps, per-step median);
-* ``torch_step_ms``: the same step in PyTorch (``torch_reference`` model, ``torch.optim.SGD``);
+* ``pflax_step_ms``: one SGD step (forward, backward, update; batch 50) as the round runs it: pflax's
+  ``local_train`` with ``pytorch_sgd`` (lr 0.01, momentum 0.5, weight decay 5e-4) and the masked
+  cross-entropy, 5 epochs of 600 samples in one jit (median run, divided by its 60 steps);
+* ``torch_step_ms``: the same step in PyTorch (``torch_reference`` model, ``torch.optim.SGD``, same
+  hyper-parameters);
 * ``gemm_ms``: the 11 matrix products such a step cannot avoid (forward, weight and input gradients of
   the two convolutions as im2col products and of the two dense layers; no input gradient for the first
   layer), each timed alone by XLA at the step's shapes, and their FLOP rate; ``peak_gflops`` is XLA's
@@ -34,6 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "benchmarks" / "results" / "speed" / "step_floor.json"
 BATCH = 50
+LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.5, 5e-4  # the papers' common local SGD
 
 # (name, M, K, N) of C[M, N] = A[M, K] @ B[K, N] for one step of the FMNIST CNN at batch 50.
 FMNIST_GEMMS = [
@@ -86,36 +89,30 @@ XLA_FLAG_VARIANTS = [
 ]
 
 
-def pflax_step_ms(epochs: int = 5, steps: int = 12, conv_impl: str = "auto") -> float:
+def pflax_step_ms(epochs: int = 5, samples: int = 600, conv_impl: str = "auto") -> float:
+    """Per-step time of pflax's own client training (``local_train`` with ``pytorch_sgd``, masked
+    cross-entropy), exactly the loop FedAvg's and FedPAC's clients run."""
     import jax
-    import optax
 
+    from pflax.core.losses import cross_entropy, masked_mean
+    from pflax.core.optim import pytorch_sgd
+    from pflax.core.train import local_train, steps_per_epoch
     from pflax.models import fedpac_fmnist_cnn
 
     model = fedpac_fmnist_cnn(conv_impl=conv_impl)
     key = jax.random.PRNGKey(0)
-    x = jax.random.normal(key, (steps, BATCH, 28, 28, 1))
-    y = jax.random.randint(key, (steps, BATCH), 0, 10)
-    params = model.init(key, x[0])
-    opt = optax.sgd(0.01, momentum=0.5)
+    data = {"x": jax.random.normal(key, (samples, 28, 28, 1)), "y": jax.random.randint(key, (samples,), 0, 10)}
+    mask = jax.numpy.ones((samples,), bool)
+    params = model.init(key, data["x"][:1])
 
-    def loss(p, xb, yb):
-        return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, xb), yb).mean()
+    def loss(p, batch, w):
+        return masked_mean(cross_entropy(model.apply(p, batch["x"]), batch["y"]), w)
 
-    @jax.jit
-    def train(p):
-        def step(carry, batch):
-            p, s = carry
-            updates, s = opt.update(jax.grad(loss)(p, *batch), s, p)
-            return (optax.apply_updates(p, updates), s), None
-
-        def epoch(carry, _):
-            return jax.lax.scan(step, carry, (x, y))[0], None
-
-        return jax.lax.scan(epoch, (p, opt.init(p)), None, length=epochs)[0]
-
+    train = jax.jit(lambda p: local_train(p, loss, data, mask, key, epochs=epochs, batch_size=BATCH,
+                                          optimizer=pytorch_sgd(LR, MOMENTUM, WEIGHT_DECAY)))
     jax.block_until_ready(train(params))
-    return median_ms(lambda: jax.block_until_ready(train(params)), 5) / (epochs * steps)
+    steps = epochs * steps_per_epoch(samples, BATCH)
+    return median_ms(lambda: jax.block_until_ready(train(params)), 5) / steps
 
 
 def torch_step_ms(reps: int) -> float:
@@ -127,7 +124,7 @@ def torch_step_ms(reps: int) -> float:
 
     torch.manual_seed(0)
     model = tr.make_model("fmnist")
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     x, y = torch.randn(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
 
     def step():
@@ -163,7 +160,7 @@ def main() -> None:
     gemm_ms = sum(r["ms"] for r in rows)
     flops = sum(2 * r["m"] * r["k"] * r["n"] for r in rows)
     pf, th = pflax_step_ms(), torch_step_ms(reps)
-    native = pflax_step_ms(epochs=1, conv_impl="native")
+    native = pflax_step_ms(epochs=1, samples=BATCH * 6, conv_impl="native")
     result = {
         "model": "fedpac_fmnist_cnn", "batch": BATCH, "step_gflop": flops / 1e9,
         "pflax_step_ms": pf, "torch_step_ms": th, "step_ratio": pf / th,
