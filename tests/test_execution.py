@@ -106,6 +106,8 @@ def test_strategies_agree_on_eight_forced_host_devices():
     for algorithm, per_strategy in report["diffs"].items():
         for label, d in per_strategy.items():
             assert d < TOL, f"{algorithm} with {label} on 8 devices: max difference {d:.3g} to 'map'"
+    # map_reduce_clients across 8 devices: padding slots (n = 1, 6, 11) never reach the psum.
+    assert report["reduce_exact"] and all(report["reduce_exact"].values()), report["reduce_exact"]
 
 
 def test_execution_rejects_bad_settings():
@@ -121,6 +123,7 @@ def test_execution_rejects_bad_settings():
 
 if __name__ == "__main__":
     import jax
+    from test_map_reduce import reduce_matches_reference
 
     from pflax.core.execution import Execution
 
@@ -128,4 +131,8 @@ if __name__ == "__main__":
         "device_count": jax.device_count(),
         "auto_resolves_to": Execution("auto").resolve(),
         "diffs": strategy_differences(_multi_device_strategies),
+        "reduce_exact": {
+            f"{n} clients, inner {inner}": reduce_matches_reference(n, Execution("sharded", chunk_size=4, inner=inner))
+            for n in (1, 6, 11) for inner in ("map", "vmap", "chunked")
+        },
     }))

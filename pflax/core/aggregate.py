@@ -31,6 +31,22 @@ def weighted_mean(stacked: PyTree, weights: Array, fallback: PyTree | None = Non
     return jax.tree.map(lambda m, f: jnp.where(any_weight, m, f), mean, fallback)
 
 
+def weighted_term(tree: PyTree, weight: Array) -> PyTree:
+    """One client's term ``w_i * x_i`` of a weighted mean, in each leaf's dtype.
+
+    With ``w = normalized_weights(...)`` computed before the clients run, the sum of these terms over
+    clients (``pflax.core.execution.map_reduce_clients``) is the weighted mean, without ever stacking
+    the clients' ``x_i``.
+    """
+    return jax.tree.map(lambda x: (weight * x).astype(x.dtype), tree)
+
+
+def unless_no_weight(mean: PyTree, weights: Array, fallback: PyTree) -> PyTree:
+    """``mean`` if any weight is positive, else ``fallback`` (e.g. the previous global model)."""
+    any_weight = jnp.sum(weights) > 0
+    return jax.tree.map(lambda m, f: jnp.where(any_weight, m, f), mean, fallback)
+
+
 def mix(stacked: PyTree, mixing: Array) -> PyTree:
     """Row-stochastic mixing: output ``i`` is ``sum_j mixing[i, j] * x_j`` (e.g. FedPAC heads)."""
     return jax.tree.map(lambda x: jnp.tensordot(mixing.astype(x.dtype), x, axes=(1, 0)), stacked)

@@ -2,7 +2,13 @@
 
 An algorithm writes what *one* client does, ``fn(client_inputs, shared) -> outputs``, and hands it to
 :func:`map_clients` with inputs that carry a leading client axis. How the clients then run is an
-:class:`Execution` choice, never the algorithm's business:
+:class:`Execution` choice, never the algorithm's business.
+
+:func:`map_reduce_clients` is the same with a server-side sum fused in: ``fn`` returns ``(kept, summed)``,
+``kept`` is stacked per client and ``summed`` is added up over the clients as they finish. Under
+``map``, ``chunked`` and ``sharded`` the per-client ``summed`` values are never stacked, so a weighted
+model average costs one model of memory instead of one per participant (at 10,000 clients of the FMNIST
+CNN, 4.4 GiB). ``vmap`` materialises every client at once anyway and sums afterwards. The strategies:
 
 * ``"vmap"``: all clients at once (the default on GPU/TPU).
 * ``"map"``: one client after another with ``lax.map`` inside the same jit (bounded memory).
@@ -102,6 +108,47 @@ def _run_local(fn: Callable, per_client: PyTree, shared: PyTree, strategy: str, 
     raise ValueError(f"not a single-device strategy: {strategy!r}")
 
 
+def _zero_invalid(tree: PyTree, valid: Array) -> PyTree:
+    """Zero the contributions of padding slots (``where``, not a product, so a NaN there cannot leak)."""
+    return jax.tree.map(lambda a: jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - valid.ndim)), a, 0), tree)
+
+
+def _run_local_reduce(
+    fn: Callable, per_client: PyTree, valid: Array, shared: PyTree, strategy: str, chunk_size: int
+) -> tuple[PyTree, PyTree]:
+    """``(stacked kept, sum of summed over valid slots)`` on one device."""
+    if strategy == "vmap":
+        kept, summed = jax.vmap(fn, in_axes=(0, None))(per_client, shared)
+        return kept, jax.tree.map(lambda a: a.sum(0), _zero_invalid(summed, valid))
+
+    one = jax.tree.map(lambda a: a[0], per_client)
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(lambda c: fn(c, shared)[1], one))
+
+    if strategy == "map":
+
+        def step(total, client_and_valid):
+            client, ok = client_and_valid
+            kept, summed = fn(client, shared)
+            return jax.tree.map(jnp.add, total, _zero_invalid(summed, ok)), kept
+
+        total, kept = jax.lax.scan(step, zeros, (per_client, valid))
+        return kept, total
+    if strategy == "chunked":
+        padded, n = _pad_clients(per_client, chunk_size)
+        ok = jnp.concatenate([valid, jnp.zeros(_num_clients(padded) - n, bool)])
+        blocks = jax.tree.map(lambda a: a.reshape((-1, chunk_size) + a.shape[1:]), (padded, ok))
+
+        def chunk_step(total, block):
+            clients, ok_block = block
+            kept, summed = jax.vmap(fn, in_axes=(0, None))(clients, shared)
+            chunk_sum = jax.tree.map(lambda a: a.sum(0), _zero_invalid(summed, ok_block))
+            return jax.tree.map(jnp.add, total, chunk_sum), kept
+
+        total, kept = jax.lax.scan(chunk_step, zeros, blocks)
+        return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:])[:n], kept), total
+    raise ValueError(f"not a single-device strategy: {strategy!r}")
+
+
 def client_mesh(devices=None) -> Mesh:
     """A 1-D mesh named ``"clients"`` over ``devices`` (default: all visible devices, all hosts)."""
     devices = jax.devices() if devices is None else devices
@@ -136,3 +183,51 @@ def map_clients(
     )
     out = sharded(padded, shared)
     return jax.tree.map(lambda a: a[:n], out)
+
+
+def map_reduce_clients(
+    fn: Callable[[PyTree, PyTree], tuple[PyTree, PyTree]],
+    per_client: PyTree,
+    shared: PyTree = (),
+    execution: Execution = Execution(),
+) -> tuple[PyTree, PyTree]:
+    """Apply ``fn(client_slice, shared) -> (kept, summed)`` to every client.
+
+    Returns ``(kept stacked on a leading client axis, summed added up over the clients)``. Use it for
+    server sums such as a weighted model average: let each client return ``weight_i * params_i`` as
+    ``summed`` (weights normalised beforehand), and no per-client copy of the model is ever stacked
+    (except under ``vmap``, which holds every client at once by design). Padding slots that
+    ``chunked`` and ``sharded`` add never contribute to the sum.
+
+    The sum is accumulated in client order within a device (``map``), per chunk then across chunks
+    (``chunked``), or per device then across devices (``sharded``, a ``psum``), so strategies agree to
+    float round-off; ``map`` and ``sharded`` on a one-device mesh with ``inner="map"`` are bit-identical.
+    """
+    strategy = execution.resolve()
+    n = _num_clients(per_client)
+    if strategy != "sharded":
+        return _run_local_reduce(fn, per_client, jnp.ones(n, bool), shared, strategy, execution.chunk_size)
+
+    mesh = client_mesh()
+    ndev = mesh.devices.size
+    padded, _ = _pad_clients(per_client, ndev)
+    valid = jnp.arange(_num_clients(padded)) < n
+    inner = execution.resolve_inner()
+
+    def block(local_clients, local_valid, local_shared):
+        kept, summed = _run_local_reduce(fn, local_clients, local_valid, local_shared, inner, execution.chunk_size)
+        return kept, jax.lax.psum(summed, "clients")
+
+    spec_clients = jax.tree.map(lambda _: PartitionSpec("clients"), padded)
+    spec_shared = jax.tree.map(lambda _: PartitionSpec(), shared)
+    kept_shape, summed_shape = jax.eval_shape(lambda c, s: jax.vmap(fn, in_axes=(0, None))(c, s), padded, shared)
+    spec_out = (
+        jax.tree.map(lambda _: PartitionSpec("clients"), kept_shape),
+        jax.tree.map(lambda _: PartitionSpec(), summed_shape),
+    )
+    sharded = jax.shard_map(
+        block, mesh=mesh, in_specs=(spec_clients, PartitionSpec("clients"), spec_shared), out_specs=spec_out,
+        check_vma=False,
+    )
+    kept, summed = sharded(padded, valid, shared)
+    return jax.tree.map(lambda a: a[:n], kept), summed
