@@ -51,7 +51,7 @@ def test_map_reduce_equals_stack_then_sum(num_clients, strategy, chunk_size, inn
 
 def _round_temp_bytes(algorithm: str, strategy: str, num_clients: int) -> tuple[int, int]:
     """XLA's temporary-buffer size of one compiled round, and the bytes of one global model/body."""
-    from pflax.algorithms import fedavg, fedpac
+    from pflax.algorithms import fedavg, fedpac, fedper, perfedavg
     from pflax.data import ClientData
     from pflax.models import mlp
 
@@ -62,18 +62,23 @@ def _round_temp_bytes(algorithm: str, strategy: str, num_clients: int) -> tuple[
     execution = Execution(strategy, chunk_size=4)
     if algorithm == "fedavg":
         algo, cfg = fedavg, fedavg.Config(execution=execution, batch_size=4, local_epochs=1)
-    else:  # no classifier collaboration: its QP tensor is [m, m, m] by definition
+    elif algorithm == "fedpac":  # no classifier collaboration: its QP tensor is [m, m, m] by definition
         algo = fedpac
         cfg = fedpac.Config(execution=execution, batch_size=4, body_epochs=1, classifier_collaboration=False)
+    else:  # baselines on the shared helpers: split_round (FedPer) and run_clients_and_average (Per-FedAvg)
+        algo = {"fedper": fedper, "perfedavg": perfedavg}[algorithm]
+        cfg = algo.Config(execution=execution, batch_size=4, local_epochs=1)
     state = algo.init(jax.random.PRNGKey(0), model, x[0], num_clients, cfg)
-    global_model = state.params if algorithm == "fedavg" else state.body
+    global_model = {"fedavg": lambda: state.params, "fedpac": lambda: state.body}.get(algorithm, lambda: state.shared)()
     model_bytes = sum(a.nbytes for a in jax.tree.leaves(global_model))
     analysis = algo.round.lower(state, batch).compile().memory_analysis()
     return analysis.temp_size_in_bytes, model_bytes
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedpac"])
-@pytest.mark.parametrize("strategy", ["map", "chunked"])
+@pytest.mark.parametrize(("algorithm", "strategy"), [
+    # chunked once (FedAvg): its reduction is the same code for every algorithm, and exact (hypothesis above)
+    ("fedavg", "map"), ("fedavg", "chunked"), ("fedpac", "map"), ("fedper", "map"), ("perfedavg", "map"),
+])
 def test_round_memory_does_not_grow_with_clients(algorithm, strategy):
     """Stacking every participant's model before the mean costs at least one model per extra client.
     The streamed weighted sum leaves only what is per-client by definition (metrics; FedPAC's heads,

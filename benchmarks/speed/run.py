@@ -172,7 +172,20 @@ def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int,
         "pflax_live_buffer_bytes": pf.live_bytes(), "pflax_setup_peak_rss_delta_bytes": int(setup_mem.delta),
         "process_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "load_avg_1min": os.getloadavg()[0], "threads": int(os.environ.get("PFLAX_BENCH_THREADS", "0")),
+        "pflax_commit": git_commit(),
     }
+
+
+def git_commit() -> str | None:
+    """The commit the measured code came from (with "+dirty" if the working tree differs)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "pflax", "benchmarks/speed/*.py"], cwd=root,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def set_threads(threads: int) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 from flax import struct
 
 from ..core import aggregate
-from ..core.execution import Execution, map_clients
+from ..core.execution import Execution, map_clients, map_reduce_clients
 from ..core.losses import cross_entropy, masked_mean
 from ..core.optim import freeze, pytorch_sgd
 from ..core.split import part_mask
@@ -132,6 +132,28 @@ def run_clients(state: State, per_client: dict, fn: Callable[[dict, PyTree], dic
     """``fn(client, shared)`` for every participant, with the config's execution strategy."""
     shared = state.shared if shared is None else shared
     return map_clients(fn, per_client, shared, state.config.execution)
+
+
+def run_clients_and_average(state: State, per_client: dict, fn: Callable[[dict, PyTree], dict], average: str,
+                            fallback: PyTree, shared: PyTree = None) -> tuple[dict, PyTree]:
+    """Run ``fn`` for every participant and average one of its outputs on the fly.
+
+    Returns ``(fn's other outputs, stacked; the sample-size weighted mean of fn's output[average])``,
+    the mean being ``fallback`` when no participant has data. The averaged output is added to a running
+    sum as each client finishes (:func:`pflax.core.execution.map_reduce_clients`), so the participants'
+    models are never stacked. Same weights as :func:`mean_over_participants`.
+    """
+    weights = aggregate.normalized_weights(per_client["mask"].sum(1))
+    per_client = {**per_client, "mean_weight": weights}
+
+    def client(c, s):
+        out = dict(fn(c, s))
+        part = out.pop(average)
+        return out, aggregate.weighted_term(part, c["mean_weight"])
+
+    shared = state.shared if shared is None else shared
+    kept, mean = map_reduce_clients(client, per_client, shared, state.config.execution)
+    return kept, aggregate.unless_no_weight(mean, weights, fallback)
 
 
 def num_samples(client: dict) -> Array:
@@ -281,15 +303,13 @@ def split_round(state: State, batch: ClientData, train_fn: TrainFn, averaged: tu
 
     def client_update(c, shared):
         params, loss = train_fn(assembled(c, shared), c, model, cfg)
-        return {"params": params, "n": num_samples(c), "loss": loss}
+        return {"averaged": {p: params[p] for p in averaged}, "local": {p: params[p] for p in state.local},
+                "n": num_samples(c), "loss": loss}
 
-    out = run_clients(state, client_inputs(state, batch), client_update)
-    n = out["n"]
-    shared = dict(state.shared)
-    for part in averaged:
-        shared[part] = mean_over_participants(out["params"][part], n, fallback=state.shared[part])
-    new_local = {p: out["params"][p] for p in state.local}
-    return finish_round(state, batch, shared, new_local, {"n": n, "loss": out["loss"]})
+    fallback = {p: state.shared[p] for p in averaged}
+    out, means = run_clients_and_average(state, client_inputs(state, batch), client_update, "averaged", fallback)
+    shared = {**state.shared, **means}
+    return finish_round(state, batch, shared, out["local"], {"n": out["n"], "loss": out["loss"]})
 
 
 def train_full(params: PyTree, client: dict, model: SplitModel, cfg: SGDConfig) -> tuple[PyTree, Array]:

@@ -62,8 +62,8 @@ def _client_update(client, global_params, model, cfg: Config):
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg))
-    shared = base.mean_over_participants(out["global"], out["n"], fallback=state.shared)
+    out, shared = base.run_clients_and_average(
+        state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg), "global", state.shared)
     metrics = {"n": out["n"], "loss": out["loss"], "personal_loss": out["personal_loss"]}
     new_state, metrics = base.finish_round(state, batch, shared, out["personal"], metrics)
     if test is not None:

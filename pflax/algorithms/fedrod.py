@@ -75,14 +75,15 @@ def _client_update(client, shared, model, cfg: Config):
         return balanced + masked_mean(cross_entropy(personal, batch["y"]), w)
 
     params, loss_value = base.train({**shared, **client["local"]}, loss, client, cfg)
-    return {"params": params, "n": base.num_samples(client), "loss": loss_value}
+    return {"shared": {k: params[k] for k in ("body", "head")}, "personal": params["personal"],
+            "n": base.num_samples(client), "loss": loss_value}
 
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg))
-    shared = base.mean_over_participants({k: out["params"][k] for k in ("body", "head")}, out["n"], fallback=state.shared)
-    new_local = {"personal": out["params"]["personal"]}
+    out, shared = base.run_clients_and_average(
+        state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg), "shared", state.shared)
+    new_local = {"personal": out["personal"]}
     new_state, metrics = base.finish_round(state, batch, shared, new_local, {"n": out["n"], "loss": out["loss"]})
     if test is not None:
         metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]

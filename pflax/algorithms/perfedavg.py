@@ -96,8 +96,8 @@ def _client_update(client, w, model, cfg: Config):
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg))
-    shared = base.mean_over_participants(out["params"], out["n"], fallback=state.shared)
+    out, shared = base.run_clients_and_average(
+        state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg), "params", state.shared)
     new_state, metrics = base.finish_round(state, batch, shared, None, {"n": out["n"], "loss": out["loss"]})
     if test is not None:
         metrics["accuracy"] = _evaluate(new_state, test, batch)["accuracy"]

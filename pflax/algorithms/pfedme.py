@@ -82,8 +82,8 @@ def _client_update(client, global_params, model, cfg: Config):
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg))
-    mean_w = base.mean_over_participants(out["global"], out["n"], fallback=state.shared)
+    out, mean_w = base.run_clients_and_average(
+        state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg), "global", state.shared)
     shared = jax.tree.map(lambda w, m: (1.0 - cfg.beta) * w + cfg.beta * m, state.shared, mean_w)
     new_state, metrics = base.finish_round(state, batch, shared, out["personal"], {"n": out["n"], "loss": out["loss"]})
     if test is not None:
