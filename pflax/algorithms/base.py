@@ -9,7 +9,10 @@ Every baseline keeps two trees:
   never touched by a round.
 
 A module then only says what one client does (a pure function mapped with
-:func:`pflax.core.execution.map_clients`) and how the server combines the results. The common SGD
+:func:`pflax.core.execution.map_clients`) and how the server combines the results. Where the server
+takes a sample-size weighted mean, :func:`run_clients_and_average` (and :func:`split_round`, built on
+it) accumulates the mean while the clients run, so the participants' models are never stacked. The
+result equals stacking then averaging up to float round-off (summation order). The common SGD
 setting is FedPAC's (spec D): PyTorch SGD, lr 0.01, momentum 0.5, coupled weight decay 5e-4,
 batch 50, E = 5 local epochs, with a fresh optimiser for every phase of every round.
 """
