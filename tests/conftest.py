@@ -26,6 +26,26 @@ import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Under `-n 2 --dist loadfile`, pytest-xdist queues files by number of tests, so files with one or two
+# minute-long tests (8 devices, multi-process, notebook) started last and ran alone at the end. Queue the
+# files that take longest first instead (longest-first keeps both workers busy to the end); the
+# order is from `--durations` of full runs, the other files follow in their usual order.
+_LONGEST_FIRST = (
+    "test_execution.py", "test_fedpick.py", "test_fedpac.py", "test_baselines_more.py", "test_baselines.py",
+    "test_checkpoint.py", "test_notebook_cli.py", "test_multiprocess.py", "test_map_reduce.py",
+    "test_fedcollab.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist present
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: test order within files kept
+
 
 def datasets_root() -> Path:
     return Path(os.environ.get("PFLAX_DATASETS", REPO.parent / "shared" / "datasets"))

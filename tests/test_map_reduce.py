@@ -71,7 +71,10 @@ def _round_temp_bytes(algorithm: str, strategy: str, num_clients: int) -> tuple[
     state = algo.init(jax.random.PRNGKey(0), model, x[0], num_clients, cfg)
     global_model = {"fedavg": lambda: state.params, "fedpac": lambda: state.body}.get(algorithm, lambda: state.shared)()
     model_bytes = sum(a.nbytes for a in jax.tree.leaves(global_model))
-    analysis = algo.round.lower(state, batch).compile().memory_analysis()
+    # Buffer sizes are fixed by XLA's buffer assignment, before LLVM code generation; skipping LLVM's
+    # optimisations halves the compile time and leaves them unchanged (checked: identical temp sizes).
+    compiled = algo.round.lower(state, batch).compile(compiler_options={"xla_backend_optimization_level": 0})
+    analysis = compiled.memory_analysis()
     return analysis.temp_size_in_bytes, model_bytes
 
 
