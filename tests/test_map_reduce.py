@@ -40,7 +40,7 @@ def reduce_matches_reference(num_clients: int, execution: Execution) -> bool:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    num_clients=st.integers(1, 9),
+    num_clients=st.integers(0, 9),
     strategy=st.sampled_from(["map", "vmap", "chunked", "sharded"]),
     chunk_size=st.integers(1, 4),
     inner=st.sampled_from(["map", "vmap", "chunked"]),

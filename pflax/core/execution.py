@@ -121,7 +121,8 @@ def _run_local_reduce(
         kept, summed = jax.vmap(fn, in_axes=(0, None))(per_client, shared)
         return kept, jax.tree.map(lambda a: a.sum(0), _zero_invalid(summed, valid))
 
-    one = jax.tree.map(lambda a: a[0], per_client)
+    # Shapes only (no indexing), so zero clients give a zero sum rather than an index error.
+    one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), per_client)
     zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(lambda c: fn(c, shared)[1], one))
 
     if strategy == "map":
