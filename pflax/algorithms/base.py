@@ -28,7 +28,7 @@ import numpy as np
 from flax import struct
 
 from ..core import aggregate
-from ..core.execution import Execution, map_clients, map_reduce_clients
+from ..core.execution import Execution, map_clients, map_clients_and_average
 from ..core.losses import cross_entropy, masked_mean
 from ..core.optim import freeze, pytorch_sgd
 from ..core.split import part_mask
@@ -143,20 +143,12 @@ def run_clients_and_average(state: State, per_client: dict, fn: Callable[[dict, 
 
     Returns ``(fn's other outputs, stacked; the sample-size weighted mean of fn's output[average])``,
     the mean being ``fallback`` when no participant has data. The averaged output is added to a running
-    sum as each client finishes (:func:`pflax.core.execution.map_reduce_clients`), so the participants'
+    sum as each client finishes (:func:`pflax.core.execution.map_clients_and_average`), so the participants'
     models are never stacked. Same weights as :func:`mean_over_participants`.
     """
-    weights = aggregate.normalized_weights(per_client["mask"].sum(1))
-    per_client = {**per_client, "mean_weight": weights}
-
-    def client(c, s):
-        out = dict(fn(c, s))
-        part = out.pop(average)
-        return out, aggregate.weighted_term(part, c["mean_weight"])
-
     shared = state.shared if shared is None else shared
-    kept, mean = map_reduce_clients(client, per_client, shared, state.config.execution)
-    return kept, aggregate.unless_no_weight(mean, weights, fallback)
+    return map_clients_and_average(fn, per_client, shared, state.config.execution, average,
+                                   per_client["mask"].sum(1), fallback)
 
 
 def num_samples(client: dict) -> Array:

@@ -14,8 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from ..core import aggregate
-from ..core.execution import Execution, map_clients, map_reduce_clients
+from ..core.execution import Execution, map_clients, map_clients_and_average
 from ..core.losses import cross_entropy, masked_mean
 from ..core.optim import pytorch_sgd
 from ..core.train import batched_apply, local_train
@@ -84,17 +83,12 @@ def _round(state: State, batch: ClientData) -> tuple[State, dict]:
         "mask": batch.mask,
         "key": jax.vmap(lambda i: jax.random.fold_in(round_key, i))(batch.client_ids),
     }
-    # Sample-size weights are known before training, so every client adds its weighted model to a
-    # running sum instead of the server stacking all participants' models (memory: one model, not m).
-    per_client["weight"] = aggregate.normalized_weights(batch.mask.sum(1))
-
-    def client(c, p):
-        out = _client_update(c, p, model, cfg)
-        return {"n": out["n"], "loss": out["loss"]}, aggregate.weighted_term(out["params"], c["weight"])
-
-    out, mean = map_reduce_clients(client, per_client, state.params, cfg.execution)
-    # A round where nobody has data keeps the old model.
-    params = aggregate.unless_no_weight(mean, per_client["weight"], state.params)
+    # Sample-size weighted mean, accumulated while the clients run (one model in memory, not m); a
+    # round where nobody has data keeps the old model.
+    out, params = map_clients_and_average(
+        lambda c, p: _client_update(c, p, model, cfg), per_client, state.params, cfg.execution,
+        "params", batch.mask.sum(1), fallback=state.params,
+    )
     new_state, finite = guard_finite(state, state.replace(params=params, round=state.round + 1))
     return new_state, {"client_ids": batch.client_ids, "n": out["n"], "loss": out["loss"], "nonfinite": ~finite}
 

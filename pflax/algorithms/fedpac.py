@@ -40,7 +40,7 @@ import numpy as np
 from flax import struct
 
 from ..core import aggregate, qp, stats
-from ..core.execution import Execution, map_clients, map_reduce_clients
+from ..core.execution import Execution, map_clients, map_clients_and_average
 from ..core.losses import cross_entropy, masked_mean, squared_error_per_sample
 from ..core.optim import pytorch_sgd
 from ..core.train import batched_apply, local_train
@@ -212,20 +212,15 @@ def _round(state: State, batch: ClientData, test: ClientData | None = None) -> t
         "centroid_valid": state.centroid_valid,
         "round": state.round,
     }
-    # Body weights (sample sizes) are known before training: each participant adds its weighted body to
-    # a running sum, so the server never stacks m bodies (memory: one body, not m).
-    per_client["body_weight"] = aggregate.normalized_weights(batch.mask.sum(1))
-
-    def client(c, s):
-        out = _client_update(c, s, model, cfg)
-        body = out.pop("body")
-        return out, aggregate.weighted_term(body, c["body_weight"])
-
-    out, body_mean = map_reduce_clients(client, per_client, shared, cfg.execution)
+    # The body's sample-size weighted mean is accumulated while the clients run (one body in memory,
+    # not m); a round where nobody has data keeps the old body.
+    out, new_body = map_clients_and_average(
+        lambda c, s: _client_update(c, s, model, cfg), per_client, shared, cfg.execution,
+        "body", batch.mask.sum(1), fallback=state.body,
+    )
 
     # 5. server: body and centroids
     sizes = out["n"]
-    new_body = aggregate.unless_no_weight(body_mean, per_client["body_weight"], state.body)
     centroids, valid = aggregate.aggregate_centroids(out["centroids"], out["counts"], state.centroids, state.centroid_valid)
 
     # 6. classifier collaboration over the participants

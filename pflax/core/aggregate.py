@@ -25,10 +25,7 @@ def weighted_mean(stacked: PyTree, weights: Array, fallback: PyTree | None = Non
     """
     w = normalized_weights(weights)
     mean = jax.tree.map(lambda x: jnp.tensordot(w, x, axes=(0, 0)).astype(x.dtype), stacked)
-    if fallback is None:
-        return mean
-    any_weight = w.sum() > 0
-    return jax.tree.map(lambda m, f: jnp.where(any_weight, m, f), mean, fallback)
+    return mean if fallback is None else unless_no_weight(mean, w, fallback)
 
 
 def weighted_term(tree: PyTree, weight: Array) -> PyTree:

@@ -41,6 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from . import aggregate
+
 Array = jax.Array
 PyTree = Any
 
@@ -232,3 +234,30 @@ def map_reduce_clients(
     )
     kept, summed = sharded(padded, valid, shared)
     return jax.tree.map(lambda a: a[:n], kept), summed
+
+
+def map_clients_and_average(
+    fn: Callable[[PyTree, PyTree], dict],
+    per_client: PyTree,
+    shared: PyTree,
+    execution: Execution,
+    average: str,
+    weights: Array,
+    fallback: PyTree,
+) -> tuple[dict, PyTree]:
+    """Run ``fn(client, shared) -> dict`` for every client and average ``dict[average]`` on the fly.
+
+    Returns ``(fn's other outputs, stacked; sum_i w_i * out_i[average] / sum_i w_i)``, or ``fallback``
+    when every weight is zero. ``weights`` must be known before the clients run (e.g. sample sizes):
+    each client adds its weighted term to a running sum (:func:`map_reduce_clients`), so the averaged
+    outputs are never stacked.
+    """
+    normalized = aggregate.normalized_weights(weights)
+
+    def client(c, s):
+        out = dict(fn(c["inputs"], s))
+        part = out.pop(average)
+        return out, aggregate.weighted_term(part, c["weight"])
+
+    kept, mean = map_reduce_clients(client, {"inputs": per_client, "weight": normalized}, shared, execution)
+    return kept, aggregate.unless_no_weight(mean, normalized, fallback)
