@@ -7,11 +7,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from pflax.core import rng
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.core.optim import pytorch_sgd
 from pflax.core.train import epoch_order, local_train
 from pflax.models import conv_as_matmul, conv_native, fedpac_cnn, mlp
+from pflax.models.bn import digits_cnn
 
 
 def test_fedpac_cnn_shapes_and_torch_default_init():
@@ -26,6 +30,37 @@ def test_fedpac_cnn_shapes_and_torch_default_init():
         assert float(jnp.abs(fc1).max()) <= 1 / math.sqrt(flat) + 1e-7
         conv0 = params["body"]["TorchConv_0"]["kernel"]
         assert float(jnp.abs(conv0).max()) <= 1 / math.sqrt(conv0.shape[0] * conv0.shape[1] * conv0.shape[2]) + 1e-7
+
+
+@settings(max_examples=12, deadline=None)  # each new shape compiles jax.random's slow version
+@given(shape=st.lists(st.integers(0, 6), min_size=0, max_size=4), seed=st.integers(0, 2**31 - 1),
+       partitionable=st.booleans())
+def test_flat_draws_equal_jax_random(shape, seed, partitionable):
+    """pflax.core.rng draws flat and reshapes (fast to compile); the values must be jax.random's."""
+    key = jax.random.PRNGKey(seed)
+    with jax.threefry_partitionable(partitionable):
+        pairs = [
+            (rng.uniform(key, shape, jnp.float32, -0.3, 0.7), jax.random.uniform(key, shape, jnp.float32, -0.3, 0.7)),
+            (rng.normal(key, shape), jax.random.normal(key, shape)),
+            (rng.logistic(key, shape), jax.random.logistic(key, shape)),
+        ]
+    for ours, theirs in pairs:
+        assert ours.shape == tuple(shape) and ours.dtype == theirs.dtype
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: mlp(4, hidden=(16, 8)), (1, 8, 8, 1)),
+    (lambda: fedpac_cnn("fmnist"), (1, 28, 28, 1)),
+    (lambda: digits_cnn(num_classes=10, width=0.0625, image_size=16), (1, 16, 16, 3)),
+])
+def test_compiled_init_equals_eager_init(make, shape):
+    model = make()
+    key, x = jax.random.PRNGKey(7), jnp.zeros(shape)
+    compiled, eager = model.init(key, x), model.init_eagerly(key, x)
+    assert jax.tree.structure(compiled) == jax.tree.structure(eager)
+    for a, b in zip(jax.tree.leaves(compiled), jax.tree.leaves(eager)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.parametrize("pad", [0, 1])

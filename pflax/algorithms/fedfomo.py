@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from ..core import rng
 from . import base
 from .base import State, check_inputs, sample_clients
 
@@ -101,9 +102,9 @@ def _downloads(state: State, ids, key):
     top_values, selected = jax.lax.top_k(scores, m_eff)
     if cfg.epsilon > 0:
         k_explore, k_rand = jax.random.split(key)
-        rand_scores = jnp.where(candidate, jax.random.uniform(k_rand, candidate.shape), -jnp.inf)
+        rand_scores = jnp.where(candidate, rng.uniform(k_rand, candidate.shape), -jnp.inf)
         rand_values, rand_selected = jax.lax.top_k(rand_scores, m_eff)
-        explore = jax.random.uniform(k_explore, (ids.shape[0], 1)) < cfg.epsilon
+        explore = rng.uniform(k_explore, (ids.shape[0], 1)) < cfg.epsilon
         selected = jnp.where(explore, rand_selected, selected)
         top_values = jnp.where(explore, rand_values, top_values)
     return selected, jnp.isfinite(top_values)

@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.losses import cross_entropy, masked_mean
+from ..core import rng
 from ..core.train import batched_apply
 from ..data.clients import ClientData
 from ..models import TorchDense
@@ -128,7 +129,7 @@ def selection_mask(mask_logits: Array, key: Array | None, tau: float, threshold:
     written ``hard + (soft - stop_gradient(soft))`` so the forward value is exactly binary).
     ``soft``: the relaxed mask ``m^s`` itself.
     """
-    noise = jax.random.logistic(key, mask_logits.shape, mask_logits.dtype) if key is not None else 0.0
+    noise = rng.logistic(key, mask_logits.shape, mask_logits.dtype) if key is not None else 0.0
     u = (mask_logits + noise) / tau
     soft = jax.nn.sigmoid(u)
     if mode == "soft":

@@ -50,6 +50,7 @@ from jax.flatten_util import ravel_pytree
 from . import base
 from .base import State, check_inputs, sample_clients
 from ..core.optim import pytorch_sgd
+from ..core import rng
 from ..core.train import sgd_steps
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
@@ -81,7 +82,7 @@ class Config(base.SGDConfig):
 def _dense(key, fan_in: int, fan_out: int):
     bound = 1.0 / jnp.sqrt(fan_in)
     kw, kb = jax.random.split(key)
-    return {"w": jax.random.uniform(kw, (fan_in, fan_out), jnp.float32, -bound, bound),
+    return {"w": rng.uniform(kw, (fan_in, fan_out), jnp.float32, -bound, bound),
             "b": jax.random.uniform(kb, (fan_out,), jnp.float32, -bound, bound)}
 
 
@@ -116,7 +117,7 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
     size = ravel_pytree(model.init(k_model, sample_x[:1]))[0].size
     psi = init_hypernetwork(k_hnet, config, size)
     opt = server_optimizer(config)
-    embeds = jax.random.normal(k_embed, (num_clients, config.embed_dim), jnp.float32)
+    embeds = rng.normal(k_embed, (num_clients, config.embed_dim), jnp.float32)
     shared = {"hypernetwork": psi, "opt_state": opt.init(psi)}
     state = base.init_state(key, model, sample_x, num_clients, config, lambda params: (shared, {}))
     return state.replace(local={"embed": embeds, "opt_state": jax.vmap(opt.init)(embeds)})

@@ -244,7 +244,8 @@ def estimate_distances(
         tr, va = (ClientData(jax.vmap(encoder)(d.x), d.y, d.mask, d.client_ids) for d in (tr, va))
     model = Discriminator(num_labels, config.hidden)
     k_init, k_train = jax.random.split(key)
-    init_params = model.init(k_init, tr.x[0, :1], tr.y[0, :1])["params"]  # the same start for every pair
+    # The same start for every pair; one compiled program instead of one per initialiser operation.
+    init_params = jax.jit(model.init)(k_init, tr.x[0, :1], tr.y[0, :1])["params"]
     pairs = pair_list(n) if pairs is None else np.asarray(pairs, np.int32)
     as_dict = lambda d: {"x": d.x, "y": d.y, "mask": d.mask}
     best, rounds = _compiled(model, config)(init_params, jnp.asarray(pairs), as_dict(tr), as_dict(va), k_train)

@@ -33,7 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from . import TorchConv, TorchDense, max_pool2
+from . import TorchConv, TorchDense, jit_init, max_pool2
 
 Array = jax.Array
 PyTree = Any
@@ -173,6 +173,10 @@ class BNModel:
     name: str = "bn_model"
 
     def init(self, key: Array, sample_x: Array) -> dict:
+        """Fresh ``{"params", "batch_stats"}``, compiled as one program (:func:`pflax.models.jit_init`)."""
+        return jit_init(self, key, sample_x)
+
+    def init_eagerly(self, key: Array, sample_x: Array) -> dict:
         k_enc, k_head = jax.random.split(key)
         enc = self.encoder.init(k_enc, sample_x[:1], False)
         z = self.encoder.apply(enc, sample_x[:1], False)
