@@ -51,7 +51,7 @@ def test_map_reduce_equals_stack_then_sum(num_clients, strategy, chunk_size, inn
 
 def _round_temp_bytes(algorithm: str, strategy: str, num_clients: int) -> tuple[int, int]:
     """XLA's temporary-buffer size of one compiled round, and the bytes of one global model/body."""
-    from pflax.algorithms import fedavg, fedpac, fedper, perfedavg
+    from pflax.algorithms import base, fedavg, fedem, fednova, fedpac, fedper, ifca, perfedavg, pfedhn
     from pflax.data import ClientData
     from pflax.models import mlp
 
@@ -65,11 +65,17 @@ def _round_temp_bytes(algorithm: str, strategy: str, num_clients: int) -> tuple[
     elif algorithm == "fedpac":  # no classifier collaboration: its QP tensor is [m, m, m] by definition
         algo = fedpac
         cfg = fedpac.Config(execution=execution, batch_size=4, body_epochs=1, classifier_collaboration=False)
-    else:  # baselines on the shared helpers: split_round (FedPer) and run_clients_and_average (Per-FedAvg)
-        algo = {"fedper": fedper, "perfedavg": perfedavg}[algorithm]
+    else:  # baselines on the shared helpers: split_round (FedPer), run_clients_and_average (Per-FedAvg,
+        # FedNova with its own weights) and the grouped means (IFCA: clusters, FedEM: components)
+        algo = {"fedper": fedper, "perfedavg": perfedavg, "fednova": fednova, "ifca": ifca, "fedem": fedem,
+                "pfedhn": pfedhn}[algorithm]
         cfg = algo.Config(execution=execution, batch_size=4, local_epochs=1)
     state = algo.init(jax.random.PRNGKey(0), model, x[0], num_clients, cfg)
-    global_model = {"fedavg": lambda: state.params, "fedpac": lambda: state.body}.get(algorithm, lambda: state.shared)()
+    # IFCA's and FedEM's shared state is k models; one of them is the unit of growth.
+    global_model = {"fedavg": lambda: state.params, "fedpac": lambda: state.body,
+                    "ifca": lambda: base.pick(state.shared, 0), "fedem": lambda: base.pick(state.shared, 0),
+                    "pfedhn": lambda: model.init(jax.random.PRNGKey(0), x[0]),  # the generated model
+                    }.get(algorithm, lambda: state.shared)()
     model_bytes = sum(a.nbytes for a in jax.tree.leaves(global_model))
     # Buffer sizes are fixed by XLA's buffer assignment, before LLVM code generation; skipping LLVM's
     # optimisations halves the compile time and leaves them unchanged (checked: identical temp sizes).
@@ -81,6 +87,7 @@ def _round_temp_bytes(algorithm: str, strategy: str, num_clients: int) -> tuple[
 @pytest.mark.parametrize(("algorithm", "strategy"), [
     # chunked once (FedAvg): its reduction is the same code for every algorithm, and exact (hypothesis above)
     ("fedavg", "map"), ("fedavg", "chunked"), ("fedpac", "map"), ("fedper", "map"), ("perfedavg", "map"),
+    ("fednova", "map"), ("ifca", "map"), ("fedem", "map"), ("pfedhn", "map"),
 ])
 def test_round_memory_does_not_grow_with_clients(algorithm, strategy):
     """Stacking every participant's model before the mean costs at least one model per extra client.
@@ -89,4 +96,8 @@ def test_round_memory_does_not_grow_with_clients(algorithm, strategy):
     small, model_bytes = _round_temp_bytes(algorithm, strategy, 4)
     large, _ = _round_temp_bytes(algorithm, strategy, 64)
     per_client_growth = (large - small) / (64 - 4)
-    assert per_client_growth < 0.5 * model_bytes, (small, large, model_bytes)
+    # pFedHN has nothing model-sized per client (its per-client output is an embedding gradient), and
+    # XLA already avoided materialising part of the stacked generated models (measured with the
+    # stacking code: 0.26 model per client), so it gets a bound that the stacking code fails.
+    bound = 0.05 if algorithm == "pfedhn" else 0.5
+    assert per_client_growth < bound * model_bytes, (small, large, model_bytes)

@@ -138,17 +138,18 @@ def run_clients(state: State, per_client: dict, fn: Callable[[dict, PyTree], dic
 
 
 def run_clients_and_average(state: State, per_client: dict, fn: Callable[[dict, PyTree], dict], average: str,
-                            fallback: PyTree, shared: PyTree = None) -> tuple[dict, PyTree]:
+                            fallback: PyTree, shared: PyTree = None, weights: Array | None = None) -> tuple[dict, PyTree]:
     """Run ``fn`` for every participant and average one of its outputs on the fly.
 
-    Returns ``(fn's other outputs, stacked; the sample-size weighted mean of fn's output[average])``,
-    the mean being ``fallback`` when no participant has data. The averaged output is added to a running
-    sum as each client finishes (:func:`pflax.core.execution.map_clients_and_average`), so the participants'
-    models are never stacked. Same weights as :func:`mean_over_participants`.
+    Returns ``(fn's other outputs, stacked; the weighted mean of fn's output[average])``, the mean
+    being ``fallback`` when every weight is zero. ``weights [m]`` must be known before training;
+    the default is the sample sizes (as :func:`mean_over_participants`). The averaged output is added
+    to a running sum as each client finishes (:func:`pflax.core.execution.map_clients_and_average`),
+    so the participants' models are never stacked.
     """
     shared = state.shared if shared is None else shared
-    return map_clients_and_average(fn, per_client, shared, state.config.execution, average,
-                                   per_client["mask"].sum(1), fallback)
+    weights = per_client["mask"].sum(1) if weights is None else weights
+    return map_clients_and_average(fn, per_client, shared, state.config.execution, average, weights, fallback)
 
 
 def num_samples(client: dict) -> Array:

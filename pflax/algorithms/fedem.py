@@ -37,6 +37,8 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from ..core import aggregate
+from ..core.execution import map_reduce_clients
 from ..core.losses import cross_entropy, masked_mean
 from ..core.train import batched_apply
 from ..metrics import masked_accuracy
@@ -99,15 +101,17 @@ def _client_update(client, components, model, cfg: Config):
 
     keys = jax.random.split(client["key"], cfg.num_components)
     trained, losses = jax.lax.map(train_component, (components, q, keys))
-    return {"params": trained, "pi": new_pi, "mass": q.sum(1), "n": n, "loss": losses.sum()}
+    # Component m is averaged over clients with weights mass_m = sum of the client's q[m]; this
+    # client's terms of the M means are summed as the clients finish.
+    kept = {"pi": new_pi, "n": n, "loss": losses.sum()}
+    return kept, aggregate.grouped_term(trained, q.sum(1))
 
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg))
-    # out["params"] leaves are [participants, M, ...]: component m is averaged with weights mass[:, m].
-    shared = jax.vmap(lambda stacked_m, w, old: base.mean_over_participants(stacked_m, w, fallback=old),
-                      in_axes=(1, 1, 0))(out["params"], out["mass"], state.shared)
+    out, summed = map_reduce_clients(lambda c, s: _client_update(c, s, model, cfg), base.client_inputs(state, batch),
+                                     state.shared, cfg.execution)
+    shared = aggregate.grouped_means(summed, fallback=state.shared)
     metrics = {"n": out["n"], "loss": out["loss"], "pi": out["pi"]}
     new_state, metrics = base.finish_round(state, batch, shared, {"pi": out["pi"]}, metrics)
     if test is not None:

@@ -55,11 +55,15 @@ def _client_update(client, params, model, cfg: Config):
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg))
-    weights = jnp.where(out["norm"] > 0, out["n"], 0.0)
+    # ||a_i||_1 and the weights depend on the sample sizes only, so they are known before training and
+    # the directions are averaged as the clients finish (never stacked).
+    norms = jax.vmap(lambda m: momentum_norm(base.local_steps(m, cfg), cfg.momentum))(batch.mask)
+    weights = jnp.where(norms > 0, batch.mask.sum(1).astype(jnp.float32), 0.0)
     p = weights / jnp.maximum(weights.sum(), 1.0)
-    tau_eff = jnp.sum(p * out["norm"])
-    mean_direction = base.mean_over_participants(out["direction"], weights, fallback=jax.tree.map(jnp.zeros_like, state.shared))
+    tau_eff = jnp.sum(p * norms)
+    out, mean_direction = base.run_clients_and_average(
+        state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg), "direction",
+        jax.tree.map(jnp.zeros_like, state.shared), weights=weights)
     shared = jax.tree.map(lambda w, d: w - tau_eff * d, state.shared, mean_direction)
     metrics = {"n": out["n"], "loss": out["loss"], "tau_norm": out["norm"]}
     new_state, metrics = base.finish_round(state, batch, shared, None, metrics)

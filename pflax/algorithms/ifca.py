@@ -37,6 +37,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from ..core import aggregate
+from ..core.execution import map_reduce_clients
 from . import base
 from .base import State, check_inputs, sample_clients
 
@@ -68,14 +70,20 @@ def _client_update(client, models, model, cfg: Config):
     losses = model_losses(model, models, client["x"], client["y"], client["mask"])
     chosen = jnp.argmin(losses).astype(jnp.int32)
     params, loss = base.train(base.pick(models, chosen), base.ce_loss(model), client, cfg)
-    return {"params": params, "cluster": chosen, "cluster_losses": losses, "n": base.num_samples(client), "loss": loss}
+    n = base.num_samples(client)
+    # This client's term of every cluster's sample-size weighted mean (zero except at its cluster).
+    membership = jax.nn.one_hot(chosen, cfg.num_clusters) * n
+    kept = {"cluster": chosen, "cluster_losses": losses, "n": n, "loss": loss}
+    copies = jax.tree.map(lambda x: jnp.broadcast_to(x, (cfg.num_clusters,) + x.shape), params)
+    return kept, aggregate.grouped_term(copies, membership)
 
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg))
-    membership = jax.nn.one_hot(out["cluster"], cfg.num_clusters) * out["n"][:, None]
-    shared = base.per_cluster_mean(out["params"], membership, fallback=state.shared)
+    # Each cluster's mean is summed as the clients finish: the trained models are never stacked.
+    out, summed = map_reduce_clients(lambda c, s: _client_update(c, s, model, cfg), base.client_inputs(state, batch),
+                                     state.shared, cfg.execution)
+    shared = aggregate.grouped_means(summed, fallback=state.shared)
     metrics = {"n": out["n"], "loss": out["loss"], "cluster": out["cluster"], "cluster_losses": out["cluster_losses"]}
     new_local = base.keep_if_empty({"cluster": out["cluster"]}, base.take(state.local, batch.client_ids), out["n"])
     new_state, metrics = base.finish_round(state, batch, shared, new_local, metrics)

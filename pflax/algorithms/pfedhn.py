@@ -13,7 +13,8 @@ One round, for the participants ``i``:
    minibatch of ``batch_size`` of its training samples (fresh optimiser, FedPAC's common setting:
    lr 0.01, momentum 0.5, wd 5e-4), and returns ``dtheta_i = theta_i - theta~_i``;
 3. the server applies the chain rule with ``jax.vjp``: ``grad_psi = sum_i J_psi(e_i)^T dtheta_i`` and
-   ``grad_{e_i} = J_{e_i}^T dtheta_i``, and feeds them to the official server optimiser, PyTorch SGD
+   ``grad_{e_i} = J_{e_i}^T dtheta_i`` (each client's pullback is taken as it finishes and its ``psi``
+   term added to a running sum, so no generated model or delta is ever stacked), and feeds them to the official server optimiser, PyTorch SGD
    with ``server_lr``, momentum ``server_momentum`` = 0.9 and coupled weight decay
    ``server_weight_decay`` = 1e-3 (official ``pFedHN`` trainer); with both 0 the step is plain
    ``psi <- psi - server_lr * grad_psi``, ``e_i <- e_i - server_lr * grad_{e_i}``.
@@ -51,10 +52,11 @@ from . import base
 from .base import State, check_inputs, sample_clients
 from ..core.optim import pytorch_sgd
 from ..core import rng
+from ..core.execution import map_reduce_clients
 from ..core.train import sgd_steps
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
-           "generate_flat", "server_gradients", "server_optimizer", "unraveler"]
+           "generate_flat", "server_optimizer", "unraveler"]
 
 HYPERNET_STREAM = 0x4E7
 
@@ -123,12 +125,6 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
     return state.replace(local={"embed": embeds, "opt_state": jax.vmap(opt.init)(embeds)})
 
 
-def server_gradients(psi, embeds, deltas):
-    """``(sum_i J_psi^T dtheta_i, [J_{e_i}^T dtheta_i])`` by one ``jax.vjp`` of the batched generator."""
-    _, pullback = jax.vjp(lambda p, e: jax.vmap(generate_flat, in_axes=(None, 0))(p, e), psi, embeds)
-    return pullback(deltas)
-
-
 def random_minibatches(key, mask, steps: int, batch_size: int):
     """``(indices, valid)`` ``[steps, B]``: an independent random minibatch of real samples per step."""
     b = min(batch_size, mask.shape[0])
@@ -140,12 +136,17 @@ def random_minibatches(key, mask, steps: int, batch_size: int):
     return jax.vmap(one)(jax.random.split(key, steps))
 
 
-def _client_update(client, _, model, cfg: Config):
-    theta = client["theta"]
+def _client_update(client, psi, model, cfg: Config, unravel):
+    """Generate the client's model, run its inner steps, and pull ``dtheta`` back through the generator:
+    returns ``(per-client outputs incl. J_e^T dtheta, this client's term J_psi^T dtheta of the sum)``."""
+    flat, pullback = jax.vjp(generate_flat, psi, client["local"]["embed"])
     idx, valid = random_minibatches(client["key"], client["mask"], cfg.inner_steps, cfg.batch_size)
-    trained, loss = sgd_steps(theta, base.ce_loss(model), {"x": client["x"], "y": client["y"]}, idx, valid, cfg.optimizer())
-    delta = ravel_pytree(theta)[0] - ravel_pytree(trained)[0]
-    return {"delta": delta, "n": base.num_samples(client), "loss": loss}
+    trained, loss = sgd_steps(unravel(flat), base.ce_loss(model), {"x": client["x"], "y": client["y"]}, idx, valid,
+                              cfg.optimizer())
+    delta = flat - ravel_pytree(trained)[0]
+    grad_psi, grad_embed = pullback(delta)
+    kept = {"grad_embed": grad_embed, "n": base.num_samples(client), "loss": loss, "delta_norm": jnp.linalg.norm(delta)}
+    return kept, grad_psi
 
 
 def _round(state: State, batch, test=None):
@@ -154,15 +155,16 @@ def _round(state: State, batch, test=None):
     unravel = unraveler(model, batch.x[0])
     psi = state.shared["hypernetwork"]
     local = base.take(state.local, batch.client_ids)
-    flat = jax.vmap(generate_flat, in_axes=(None, 0))(psi, local["embed"])
-    inputs = {**base.client_inputs(state, batch), "theta": jax.vmap(unravel)(flat)}
-    out = base.run_clients(state, inputs, lambda c, s: _client_update(c, s, model, cfg))
-    grad_psi, grad_embeds = server_gradients(psi, local["embed"], out["delta"])
+    # Each client generates its model and adds its J_psi^T dtheta to a running sum as it finishes, so
+    # neither the generated models nor the deltas are ever stacked.
+    out, grad_psi = map_reduce_clients(lambda c, p: _client_update(c, p, model, cfg, unravel),
+                                       base.client_inputs(state, batch), psi, cfg.execution)
+    grad_embeds = out["grad_embed"]
     psi_updates, psi_opt = opt.update(grad_psi, state.shared["opt_state"], psi)
     embed_updates, embed_opt = jax.vmap(opt.update)(grad_embeds, local["opt_state"], local["embed"])
     shared = {"hypernetwork": optax.apply_updates(psi, psi_updates), "opt_state": psi_opt}
     new_local = {"embed": optax.apply_updates(local["embed"], embed_updates), "opt_state": embed_opt}
-    metrics = {"n": out["n"], "loss": out["loss"], "delta_norm": jnp.linalg.norm(out["delta"], axis=-1)}
+    metrics = {"n": out["n"], "loss": out["loss"], "delta_norm": out["delta_norm"]}
     new_state, metrics = base.finish_round(state, batch, shared, new_local, metrics)
     if test is not None:
         metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]

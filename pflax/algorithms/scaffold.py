@@ -72,8 +72,10 @@ def _client_update(client, shared, model, cfg: Config):
     # A client with no step keeps its control variate (c_i+ = c_i).
     c_new = jax.tree.map(lambda ci, cc, a, b: jnp.where(k > 0, ci - cc + (a - b) * scale, ci), c_i, c, w0, w_i)
     return {
-        "delta_w": jax.tree.map(lambda a, b: a - b, w_i, w0),
-        "delta_c": jax.tree.map(lambda a, b: a - b, c_new, c_i),
+        "deltas": {
+            "w": jax.tree.map(lambda a, b: a - b, w_i, w0),
+            "c": jax.tree.map(lambda a, b: a - b, c_new, c_i),
+        },
         "c_i": c_new,
         "n": base.num_samples(client),
         "loss": loss_value,
@@ -82,14 +84,16 @@ def _client_update(client, shared, model, cfg: Config):
 
 def _round(state: State, batch, test=None):
     model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg))
-    active = (out["n"] > 0).astype(jnp.float32)
-    mean_dw = base.mean_over_participants(out["delta_w"], active, fallback=_zeros(state.shared["params"]))
-    mean_dc = base.mean_over_participants(out["delta_c"], active, fallback=_zeros(state.shared["c"]))
+    # Unweighted means over the participants with data, summed as the clients finish (never stacked).
+    active = (batch.mask.sum(1) > 0).astype(jnp.float32)
+    no_update = {"w": _zeros(state.shared["params"]), "c": _zeros(state.shared["c"])}
+    out, mean = base.run_clients_and_average(state, base.client_inputs(state, batch),
+                                             lambda c, s: _client_update(c, s, model, cfg), "deltas", no_update,
+                                             weights=active)
     share = active.sum() / state.num_clients
     shared = {
-        "params": jax.tree.map(lambda w, d: w + cfg.global_lr * d, state.shared["params"], mean_dw),
-        "c": jax.tree.map(lambda c, d: c + share * d, state.shared["c"], mean_dc),
+        "params": jax.tree.map(lambda w, d: w + cfg.global_lr * d, state.shared["params"], mean["w"]),
+        "c": jax.tree.map(lambda c, d: c + share * d, state.shared["c"], mean["c"]),
     }
     new_state, metrics = base.finish_round(state, batch, shared, out["c_i"], {"n": out["n"], "loss": out["loss"]})
     if test is not None:

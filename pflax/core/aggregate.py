@@ -38,6 +38,37 @@ def weighted_term(tree: PyTree, weight: Array) -> PyTree:
     return jax.tree.map(lambda x: (weight * x).astype(x.dtype), tree)
 
 
+def grouped_term(stacked: PyTree, weights: Array) -> dict:
+    """One client's terms of ``k`` weighted means at once (one per cluster or mixture component).
+
+    ``stacked`` leaves are ``[k, ...]`` (the client's tree for each group, e.g. its ``k`` trained
+    components, or one model broadcast ``k`` times); the term is ``weights[j] * stacked[j]``, and
+    ``weight`` records ``weights [k]``. Summed over clients (:func:`pflax.core.execution.map_reduce_clients`),
+    :func:`grouped_means` turns them into the means. For weights the client decides itself (the cluster
+    it picks, its responsibilities), which cannot be normalised before the clients run.
+    """
+    weights = weights.astype(jnp.float32)
+
+    def term(x):
+        return (weights.reshape((-1,) + (1,) * (x.ndim - 1)) * x).astype(x.dtype)
+
+    return {"sum": jax.tree.map(term, stacked), "weight": weights}
+
+
+def grouped_means(summed: dict, fallback: PyTree) -> PyTree:
+    """``sum_i w_ij x_i / sum_i w_ij`` for every group ``j`` from summed :func:`grouped_term` outputs;
+    a group with no weight keeps ``fallback[j]`` exactly (a cluster nobody chose keeps its model)."""
+    total = summed["weight"]
+    has = total > 0
+    safe = jnp.where(has, total, 1.0)
+
+    def mean(s, f):
+        shape = (-1,) + (1,) * (s.ndim - 1)
+        return jnp.where(has.reshape(shape), (s / safe.reshape(shape)).astype(s.dtype), f)
+
+    return jax.tree.map(mean, summed["sum"], fallback)
+
+
 def unless_no_weight(mean: PyTree, weights: Array, fallback: PyTree) -> PyTree:
     """``mean`` if any weight is positive, else ``fallback`` (e.g. the previous global model)."""
     any_weight = jnp.sum(weights) > 0
