@@ -30,8 +30,18 @@ def _problem():
     return from_partition(data.x_train, data.y_train, parts), jax.random.PRNGKey(0)
 
 
+_TRACES = {"counting": False, "count": 0}
+
+
+def _count_traces(event: str, _seconds: float, **_kwargs) -> None:
+    # Fires on every jit cache miss, whether or not the persistent compilation cache then has the program.
+    if _TRACES["counting"] and event == "/jax/core/compile/jaxpr_trace_duration":
+        _TRACES["count"] += 1
+
+
 def _run(algorithm: str, execution, rounds: int = 2):
-    """Leaves of the state after ``rounds`` rounds, plus the per-client metrics of the last one."""
+    """Leaves of the state after ``rounds`` rounds plus the per-client metrics of the last one, and how
+    many functions were traced (i.e. compiled again) in the rounds after the first."""
     import jax
 
     from pflax.algorithms import fedavg, fedpac
@@ -44,10 +54,16 @@ def _run(algorithm: str, execution, rounds: int = 2):
     else:
         algo, cfg = fedavg, fedavg.Config(execution=execution, batch_size=8, local_epochs=2, lr=0.05)
     state = algo.init(key, model, batch.x[0], NUM_CLIENTS, cfg)
-    for _ in range(rounds):
-        state, metrics = algo.round(state, batch)
+    state, metrics = algo.round(state, batch)
+    _TRACES.update(counting=True, count=0)
+    try:
+        for _ in range(rounds - 1):
+            state, metrics = algo.round(state, batch)
+    finally:
+        _TRACES["counting"] = False
     drop = {"client_ids", "nonfinite", "v_floored"}
-    return [np.asarray(a) for a in jax.tree.leaves(state)] + [np.asarray(v) for k, v in sorted(metrics.items()) if k not in drop]
+    leaves = [np.asarray(a) for a in jax.tree.leaves(state)] + [np.asarray(v) for k, v in sorted(metrics.items()) if k not in drop]
+    return leaves, _TRACES["count"]
 
 
 def _max_diff(a, b) -> float:
@@ -55,15 +71,22 @@ def _max_diff(a, b) -> float:
     return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)), initial=0.0)) for x, y in zip(a, b))
 
 
-def strategy_differences(strategies) -> dict:
-    """``{algorithm: {strategy label: max |difference| to "map"}}``."""
+def strategy_differences(strategies) -> tuple[dict, dict]:
+    """``{algorithm: {strategy label: max |difference| to "map"}}`` and ``{algorithm: {strategy label
+    (incl. "map"): functions traced again after the first round}}``."""
+    import jax
+
     from pflax.core.execution import Execution
 
-    out = {}
+    jax.monitoring.register_event_duration_secs_listener(_count_traces)
+    diffs, retraced = {}, {}
     for algorithm in ("fedpac", "fedavg"):
-        reference = _run(algorithm, Execution("map"))
-        out[algorithm] = {label: _max_diff(_run(algorithm, ex), reference) for label, ex in strategies().items()}
-    return out
+        reference, retraced_map = _run(algorithm, Execution("map"))
+        diffs[algorithm], retraced[algorithm] = {}, {"map": retraced_map}
+        for label, ex in strategies().items():
+            leaves, retraced[algorithm][label] = _run(algorithm, ex)
+            diffs[algorithm][label] = _max_diff(leaves, reference)
+    return diffs, retraced
 
 
 def _single_device_strategies():
@@ -88,10 +111,12 @@ def _multi_device_strategies():
 
 
 def test_strategies_agree_on_one_device():
-    diffs = strategy_differences(_single_device_strategies)
+    diffs, retraced = strategy_differences(_single_device_strategies)
     for algorithm, per_strategy in diffs.items():
         for label, d in per_strategy.items():
             assert d < TOL, f"{algorithm} with {label}: max difference {d:.3g} to 'map'"
+    # The initial state is placed where rounds leave it, so the first round's compilation serves all.
+    assert all(n == 0 for per in retraced.values() for n in per.values()), retraced
 
 
 def test_strategies_agree_on_eight_forced_host_devices():
@@ -106,6 +131,7 @@ def test_strategies_agree_on_eight_forced_host_devices():
     for algorithm, per_strategy in report["diffs"].items():
         for label, d in per_strategy.items():
             assert d < TOL, f"{algorithm} with {label} on 8 devices: max difference {d:.3g} to 'map'"
+    assert all(n == 0 for per in report["retraced"].values() for n in per.values()), report["retraced"]
     # map_reduce_clients across 8 devices: padding slots (n = 1, 6, 11) never reach the psum.
     assert report["reduce_exact"] and all(report["reduce_exact"].values()), report["reduce_exact"]
 
@@ -127,10 +153,12 @@ if __name__ == "__main__":
 
     from pflax.core.execution import Execution
 
+    diffs, retraced = strategy_differences(_multi_device_strategies)
     print(json.dumps({
         "device_count": jax.device_count(),
         "auto_resolves_to": Execution("auto").resolve(),
-        "diffs": strategy_differences(_multi_device_strategies),
+        "diffs": diffs,
+        "retraced": retraced,
         "reduce_exact": {
             f"{n} clients, inner {inner}": reduce_matches_reference(n, Execution("sharded", chunk_size=4, inner=inner))
             for n in (1, 6, 11) for inner in ("map", "vmap", "chunked")

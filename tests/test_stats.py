@@ -96,6 +96,34 @@ def test_weighted_mean_properties(weights, seed):
     np.testing.assert_allclose(out, out_perm, rtol=1e-4, atol=1e-5)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    clients=st.integers(0, 7),
+    groups=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+    sparsity=st.floats(0, 1),
+)
+def test_grouped_terms_summed_give_per_group_weighted_means(clients, groups, seed, sparsity):
+    """Summing each client's grouped_term and dividing (grouped_means) is, group by group, the weighted
+    mean of the clients' trees; a group nobody weighs keeps its fallback exactly."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(clients, groups, 3)).astype(np.float32)  # client i's tree for group j
+    w = rng.uniform(0, 10, size=(clients, groups)).astype(np.float32)
+    w[rng.random((clients, groups)) < sparsity] = 0.0  # some groups get no weight at all
+    fallback = rng.normal(size=(groups, 3)).astype(np.float32)
+    total = {"sum": jnp.zeros((groups, 3)), "weight": jnp.zeros((groups,))}
+    for i in range(clients):
+        term = aggregate.grouped_term(jnp.asarray(x[i]), jnp.asarray(w[i]))
+        total = jax.tree.map(jnp.add, total, term)
+    out = np.asarray(aggregate.grouped_means(total, jnp.asarray(fallback)))
+    for j in range(groups):
+        if w[:, j].sum() == 0:
+            np.testing.assert_array_equal(out[j], fallback[j])
+        else:
+            want = np.asarray(aggregate.weighted_mean(jnp.asarray(x[:, j]), jnp.asarray(w[:, j])))
+            np.testing.assert_allclose(out[j], want, rtol=1e-5, atol=1e-5)
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**16), m=st.integers(1, 6))
 def test_mixing_rows_are_convex_combinations(seed, m):

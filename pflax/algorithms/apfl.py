@@ -23,6 +23,7 @@ import jax
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "mixed"]
 
@@ -36,6 +37,7 @@ class Config(base.SGDConfig):
         base.require(0.0 <= self.alpha <= 1.0, f"APFL alpha must be in [0, 1], got {self.alpha}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """``shared`` = the global model w; ``local`` = every client's local model v_i."""
     return base.init_state(key, model, sample_x, num_clients, config, lambda params: (params, params))

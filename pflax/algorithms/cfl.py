@@ -47,6 +47,7 @@ from jax.flatten_util import ravel_pytree
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 from ..core.aggregate import normalized_weights
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
@@ -72,6 +73,7 @@ class Config(base.SGDConfig):
         base.require(self.linkage in ("complete", "single"), f"CFL linkage must be 'complete' or 'single', got {self.linkage!r}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     state = base.init_state(key, model, sample_x, num_clients, config,
                             lambda params: (params, {"cluster": jnp.zeros((), jnp.int32)}))

@@ -1,17 +1,31 @@
 """Pieces every algorithm's ``init``/``round`` shares: per-client copies, sampling, NaN guard, checks."""
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..core.execution import place_for
 from ..data.clients import ClientData, validate
 from ..data.sources import DataError
 
 Array = jax.Array
 PyTree = Any
+
+
+def init_on_execution_devices(init: Callable) -> Callable:
+    """Decorator for an algorithm's ``init``: the state starts where its rounds will leave it
+    (:func:`pflax.core.execution.place_for`), so the first round's compilation serves every round."""
+
+    @functools.wraps(init)
+    def placed_init(*args, **kwargs):
+        state = init(*args, **kwargs)
+        return place_for(state.config.execution, state)
+
+    return placed_init
 
 
 def init_heads(head: PyTree, num_clients: int) -> PyTree:

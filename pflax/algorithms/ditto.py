@@ -23,6 +23,7 @@ import jax
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
 
@@ -38,6 +39,7 @@ class Config(base.SGDConfig):
         base.require(self.personal_epochs >= 0, "Ditto personal_epochs must be >= 0")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """``shared`` = the global model w; ``local`` = every client's personal model v_i."""
     return base.init_state(key, model, sample_x, num_clients, config, lambda params: (params, params))

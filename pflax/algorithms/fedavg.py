@@ -22,7 +22,7 @@ from ..data.clients import ClientData
 from ..metrics import masked_accuracy
 from ..models import SplitModel
 from .base import SGDConfig
-from .common import check_batch, guard_finite, sample_clients  # noqa: F401 (sample_clients is part of the API)
+from .common import check_batch, guard_finite, init_on_execution_devices, sample_clients  # noqa: F401 (sample_clients is part of the API)
 
 Array = jax.Array
 PyTree = Any
@@ -45,6 +45,7 @@ class State:
     config: Config = struct.field(pytree_node=False)
 
 
+@init_on_execution_devices
 def init(key: Array, model: SplitModel, sample_x: Array, num_clients: int, config: Config = Config()) -> State:
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 from ..core import aggregate
 from ..core.execution import map_reduce_clients
 from ..core.losses import cross_entropy, masked_mean
@@ -58,6 +59,7 @@ class Config(base.SGDConfig):
         base.require(self.num_components >= 1, f"FedEM num_components must be >= 1, got {self.num_components}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     m = config.num_components
     state = base.init_state(key, model, sample_x, num_clients, config,

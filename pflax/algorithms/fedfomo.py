@@ -47,6 +47,7 @@ from jax.flatten_util import ravel_pytree
 from ..core import rng
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
            "validation_split", "fomo_scores", "fomo_weights"]
@@ -67,6 +68,7 @@ class Config(base.SGDConfig):
         base.require(0.0 <= self.epsilon <= 1.0, f"FedFomo epsilon must be in [0, 1], got {self.epsilon}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     shared = {"affinity": jnp.eye(num_clients, dtype=jnp.float32), "uploaded": jnp.zeros((num_clients,), bool)}
     return base.init_state(key, model, sample_x, num_clients, config, lambda params: (shared, params))

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "momentum_norm"]
 
@@ -32,6 +33,7 @@ class Config(base.SGDConfig):
     pass
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     return base.init_state(key, model, sample_x, num_clients, config, base.split_layout(("body", "head")))
 

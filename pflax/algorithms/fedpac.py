@@ -48,7 +48,7 @@ from ..data.clients import ClientData
 from ..data.sources import DataError
 from ..metrics import masked_accuracy
 from ..models import SplitModel
-from .common import check_batch, guard_finite, init_heads, sample_clients, stack_heads_at
+from .common import check_batch, guard_finite, init_heads, init_on_execution_devices, sample_clients, stack_heads_at
 
 Array = jax.Array
 PyTree = Any
@@ -105,6 +105,7 @@ class State:
         return jax.tree.leaves(self.heads)[0].shape[0]
 
 
+@init_on_execution_devices
 def init(key: Array, model: SplitModel, sample_x: Array, num_clients: int, config: Config = Config()) -> State:
     """Every client starts from the same initial model (spec F.1.15), as the official deep copies."""
     if num_clients < 1:

@@ -18,6 +18,7 @@ import jax
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
 
@@ -27,6 +28,7 @@ class Config(base.SGDConfig):
     """FedPAC's common SGD setting (lr 0.01, momentum 0.5, wd 5e-4, batch 50, E = 5)."""
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     return base.init_state(key, model, sample_x, num_clients, config, base.split_layout(("body",)))
 

@@ -52,6 +52,7 @@ from ..data.clients import ClientData
 from ..models import TorchDense
 from ..models.bn import BNModel
 from . import base, leafwise
+from .common import init_on_execution_devices
 from .leafwise import Sharing, State, check_inputs, sample_clients  # noqa: F401
 
 Array = jax.Array
@@ -203,6 +204,7 @@ def predict(model: BNModel, cfg: Config, variables: PyTree, x: Array) -> Array:
     return out["global"] + out["selected"]
 
 
+@init_on_execution_devices
 def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: Config = Config()) -> State:
     """Every client starts from the same encoder, heads and PFSM."""
     k_model, k_mask, k_p, k_u, k_rest = jax.random.split(key, 5)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 from ..core import aggregate, stats
 from ..core.losses import cross_entropy, masked_mean, squared_error_per_sample
 from ..core.train import batched_apply
@@ -52,6 +53,7 @@ class Config(base.SGDConfig):
         base.require(self.lam >= 0, f"FedProto lam must be >= 0, got {self.lam}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """``shared`` = no valid prototypes yet; ``local`` = every client's copy of one initial model."""
     protos = {"protos": jnp.zeros((model.num_classes, model.feature_dim), jnp.float32),

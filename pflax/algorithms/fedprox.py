@@ -21,6 +21,7 @@ import jax
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
 
@@ -34,6 +35,7 @@ class Config(base.SGDConfig):
         base.require(self.mu >= 0, f"FedProx mu must be >= 0, got {self.mu}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     return base.init_state(key, model, sample_x, num_clients, config, base.split_layout(("body", "head")))
 

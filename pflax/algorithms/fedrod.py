@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 from ..core.losses import cross_entropy, masked_mean
 from ..core.train import batched_apply
 from ..metrics import masked_accuracy
@@ -47,6 +48,7 @@ class Config(base.SGDConfig):
         base.require(self.gamma >= 0, f"Fed-RoD gamma must be >= 0, got {self.gamma}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """``shared = {"body", "head"}`` (generic); ``local = {"personal": zero head}`` per client."""
     zero_head = lambda params: jax.tree.map(jnp.zeros_like, params["head"])

@@ -40,6 +40,7 @@ from jax.flatten_util import ravel_pytree
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
            "sq_distances", "farthest_point"]
@@ -54,6 +55,7 @@ class Config(base.SGDConfig):
         base.require(self.num_clusters >= 1, f"FeSEM num_clusters must be >= 1, got {self.num_clusters}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """Centres are placeholders (copies of the initial model) until the first round initialises them."""
     state = base.init_state(key, model, sample_x, num_clients, config,

@@ -41,6 +41,7 @@ from ..core import aggregate
 from ..core.execution import map_reduce_clients
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "model_losses"]
 
@@ -54,6 +55,7 @@ class Config(base.SGDConfig):
         base.require(self.num_clusters >= 1, f"{type(self).__module__}: num_clusters must be >= 1, got {self.num_clusters}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """``shared`` = ``num_clusters`` independently initialised models; ``local`` = ``{"cluster": 0}``."""
     state = base.init_state(key, model, sample_x, num_clients, config,

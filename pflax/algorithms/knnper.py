@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 from ..core.train import batched_apply
 from ..metrics import masked_accuracy
 
@@ -42,6 +43,7 @@ class Config(base.SGDConfig):
         base.require(self.k >= 1 and self.scale > 0, "kNN-Per needs k >= 1 and scale > 0")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     return base.init_state(key, model, sample_x, num_clients, config, base.split_layout(("body", "head")))
 

@@ -37,7 +37,8 @@ from ..data.sources import DataError
 from ..metrics import masked_accuracy
 from ..models.bn import BNModel, is_bn_path
 from . import base
-from .common import check_batch, guard_finite, init_heads, sample_clients, stack_heads_at  # noqa: F401
+from .common import (check_batch, guard_finite, init_heads, init_on_execution_devices, sample_clients,  # noqa: F401
+                     stack_heads_at)
 
 Array = jax.Array
 PyTree = Any
@@ -154,6 +155,7 @@ def init_from_variables(key: Array, variables: PyTree, num_clients: int, model, 
                  key=k_train, sampling_key=k_sample, num_clients=num_clients, model=model, config=config)
 
 
+@init_on_execution_devices
 def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: Config = Config()) -> State:
     k_model, k_rest = jax.random.split(key)
     return init_from_variables(k_rest, model.init(k_model, sample_x[:1]), num_clients, model, config)

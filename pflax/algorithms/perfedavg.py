@@ -38,6 +38,7 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 from ..core.train import epoch_order, gather_minibatch
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "meta_step", "adapt"]
@@ -56,6 +57,7 @@ class Config(base.SGDConfig):
         base.require(self.version in ("fo", "hf"), f"Per-FedAvg version must be 'fo' or 'hf', got {self.version!r}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     return base.init_state(key, model, sample_x, num_clients, config, lambda params: (params, {}))
 

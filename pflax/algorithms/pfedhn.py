@@ -50,6 +50,7 @@ from jax.flatten_util import ravel_pytree
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 from ..core.optim import pytorch_sgd
 from ..core import rng
 from ..core.execution import map_reduce_clients
@@ -113,6 +114,7 @@ def server_optimizer(cfg: Config):
     return pytorch_sgd(cfg.server_lr, cfg.server_momentum, cfg.server_weight_decay)
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     k_model = jax.random.split(key, 3)[0]
     k_hnet, k_embed = jax.random.split(jax.random.fold_in(k_model, HYPERNET_STREAM))

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 from ..core.train import epoch_order, gather_minibatch
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
@@ -46,6 +47,7 @@ class Config(base.SGDConfig):
         base.require(0.0 < self.beta <= 2.0, f"pFedMe beta must be in (0, 2], got {self.beta}")
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """``shared`` = the global model w; ``local`` = every client's personal model theta_i."""
     return base.init_state(key, model, sample_x, num_clients, config, lambda params: (params, params))

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from . import base
 from .base import State, check_inputs, sample_clients
+from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
 
@@ -49,6 +50,7 @@ def _zeros(tree):
     return jax.tree.map(jnp.zeros_like, tree)
 
 
+@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """``shared = {"params": w, "c": c}``; ``local`` = every client's ``c_i``; all controls are zero."""
     return base.init_state(

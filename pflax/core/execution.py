@@ -39,7 +39,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import aggregate
 
@@ -156,6 +156,30 @@ def client_mesh(devices=None) -> Mesh:
     """A 1-D mesh named ``"clients"`` over ``devices`` (default: all visible devices, all hosts)."""
     devices = jax.devices() if devices is None else devices
     return Mesh(np.asarray(devices), ("clients",))
+
+
+def place_for(execution: Execution, tree: PyTree) -> PyTree:
+    """``tree`` put where rounds run with ``execution`` leave their state.
+
+    Under ``sharded`` a round returns its state replicated over the client mesh. A state created on
+    one device (``init``) therefore enters the first round with a different sharding than every later
+    round, and ``jax.jit`` compiles the round twice. Placing the initial state replicated on the mesh
+    keeps it to one compilation. Other strategies: ``tree`` unchanged. Works across hosts: each
+    process supplies its own devices' copies (every process holds the same initial state).
+    """
+    if execution.resolve() != "sharded":
+        return tree
+    sharding = NamedSharding(client_mesh(), PartitionSpec())
+
+    def put(leaf):
+        if isinstance(leaf, jax.Array) and leaf.sharding == sharding:
+            return leaf
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            return jax.device_put(leaf, sharding)
+        host = np.asarray(leaf)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(put, tree)
 
 
 def map_clients(
