@@ -43,6 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .core.execution import place_for
+
 __all__ = ["CheckpointError", "Restored", "save", "restore", "read", "latest_step", "all_steps", "fingerprint"]
 
 FORMAT_VERSION = 1
@@ -105,7 +107,11 @@ def _from_storable(template, arrays: dict):
         return jnp.asarray(a, dtype=t.dtype)
 
     fields = {name: jax.tree.map(back, getattr(template, name), arrays[name]) for name in _array_fields(template)}
-    return template.replace(**fields)
+    state = template.replace(**fields)
+    # Where init would have put it (replicated over the client mesh under `sharded`), so that the first
+    # round after a resume reuses the compilation of the others.
+    execution = getattr(getattr(state, "config", None), "execution", None)
+    return state if execution is None else place_for(execution, state)
 
 
 def _path_name(path) -> str:
