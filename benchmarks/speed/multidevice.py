@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "speed"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import git_commit  # noqa: E402
 
 
 def child(args) -> None:
@@ -92,12 +94,14 @@ def main() -> None:
         "2 devices, sharded/vmap": (2, "sharded", "vmap"),
     }
     times = {label: [] for label in configs}
+    first = {label: [] for label in configs}
     checks = {}
     for rep in range(args.reps):
         order = list(configs) if rep % 2 == 0 else list(reversed(configs))
         for label in order:
             r = run_config(*configs[label], args)
             times[label] += r["round_s"]
+            first[label].append(r["first_round_s"])
             checks[label] = r["checksum"]
             print(label, [round(t, 3) for t in r["round_s"]], flush=True)
     med = {label: float(np.median(ts)) for label, ts in times.items()}
@@ -106,14 +110,14 @@ def main() -> None:
     report = {
         "what": f"FedAvg round, MLP 784-200-200-10, {args.clients} clients x {args.samples} samples, "
                 "batch 10, 5 local epochs, random data",
-        "round_s_median": med, "round_s_all": times, "param_checksums": checks,
+        "round_s_median": med, "round_s_all": times, "first_round_s": first, "param_checksums": checks,
         "speedup_same_inner_map": med["1 device, map"] / med["2 devices, sharded/map"],
         "speedup_same_inner_vmap": med["1 device, vmap"] / med["2 devices, sharded/vmap"],
         "speedup_best_vs_best": best1 / best2,
         "cpu_count": os.cpu_count(), "load_avg_1min": os.getloadavg()[0],
-        "rounds_per_process": args.rounds, "reps": args.reps,
-        "note": "medians over timed rounds after one compiling round per process; load_avg_1min says "
-                "whether other jobs shared the CPU",
+        "rounds_per_process": args.rounds, "reps": args.reps, "pflax_commit": git_commit(),
+        "note": "medians over timed rounds after one compiling round per process (first_round_s); "
+                "load_avg_1min says whether other jobs shared the CPU",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "multidevice.json").write_text(json.dumps(report, indent=1))
