@@ -115,13 +115,28 @@ def _zero_invalid(tree: PyTree, valid: Array) -> PyTree:
     return jax.tree.map(lambda a: jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - valid.ndim)), a, 0), tree)
 
 
+def _sum_valid(tree: PyTree, valid: Array) -> PyTree:
+    """Sum over the leading (client) axis of the valid slots, written as a dot product with 0/1 weights.
+
+    XLA:CPU runs a reduce over the major axis far slower than the equivalent matrix-vector product
+    (measured, a [1000, 784, 200] float32 array: ``sum(0)`` 1.9 s, ``tensordot(ones, .)`` 0.03 s), and
+    under ``vmap`` this sum adds up every client's model. ``where`` first, so that a NaN in a padding
+    slot cannot leak into the sum (``0 * NaN`` is NaN).
+    """
+
+    def one(a):
+        return jnp.tensordot(valid.astype(a.dtype), a, axes=(0, 0))
+
+    return jax.tree.map(one, _zero_invalid(tree, valid))
+
+
 def _run_local_reduce(
     fn: Callable, per_client: PyTree, valid: Array, shared: PyTree, strategy: str, chunk_size: int
 ) -> tuple[PyTree, PyTree]:
     """``(stacked kept, sum of summed over valid slots)`` on one device."""
     if strategy == "vmap":
         kept, summed = jax.vmap(fn, in_axes=(0, None))(per_client, shared)
-        return kept, jax.tree.map(lambda a: a.sum(0), _zero_invalid(summed, valid))
+        return kept, _sum_valid(summed, valid)
 
     # Shapes only (no indexing), so zero clients give a zero sum rather than an index error.
     one = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), per_client)
@@ -144,8 +159,7 @@ def _run_local_reduce(
         def chunk_step(total, block):
             clients, ok_block = block
             kept, summed = jax.vmap(fn, in_axes=(0, None))(clients, shared)
-            chunk_sum = jax.tree.map(lambda a: a.sum(0), _zero_invalid(summed, ok_block))
-            return jax.tree.map(jnp.add, total, chunk_sum), kept
+            return jax.tree.map(jnp.add, total, _sum_valid(summed, ok_block)), kept
 
         total, kept = jax.lax.scan(chunk_step, zeros, blocks)
         return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:])[:n], kept), total
