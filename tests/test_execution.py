@@ -30,7 +30,7 @@ def _problem():
     return from_partition(data.x_train, data.y_train, parts), jax.random.PRNGKey(0)
 
 
-_TRACES = {"counting": False, "count": 0}
+_TRACES = {"counting": False, "count": 0, "listening": False}
 
 
 def _count_traces(event: str, _seconds: float, **_kwargs) -> None:
@@ -78,7 +78,9 @@ def strategy_differences(strategies) -> tuple[dict, dict]:
 
     from pflax.core.execution import Execution
 
-    jax.monitoring.register_event_duration_secs_listener(_count_traces)
+    if not _TRACES["listening"]:  # once per process, or every trace would be counted twice
+        jax.monitoring.register_event_duration_secs_listener(_count_traces)
+        _TRACES["listening"] = True
     diffs, retraced = {}, {}
     for algorithm in ("fedpac", "fedavg"):
         reference, retraced_map = _run(algorithm, Execution("map"))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pflax.core import rng
+from pflax.core import rng as flat_rng
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.core.optim import pytorch_sgd
 from pflax.core.train import epoch_order, local_train
@@ -40,9 +40,9 @@ def test_flat_draws_equal_jax_random(shape, seed, partitionable):
     key = jax.random.PRNGKey(seed)
     with jax.threefry_partitionable(partitionable):
         pairs = [
-            (rng.uniform(key, shape, jnp.float32, -0.3, 0.7), jax.random.uniform(key, shape, jnp.float32, -0.3, 0.7)),
-            (rng.normal(key, shape), jax.random.normal(key, shape)),
-            (rng.logistic(key, shape), jax.random.logistic(key, shape)),
+            (flat_rng.uniform(key, shape, jnp.float32, -0.3, 0.7), jax.random.uniform(key, shape, jnp.float32, -0.3, 0.7)),
+            (flat_rng.normal(key, shape), jax.random.normal(key, shape)),
+            (flat_rng.logistic(key, shape), jax.random.logistic(key, shape)),
         ]
     for ours, theirs in pairs:
         assert ours.shape == tuple(shape) and ours.dtype == theirs.dtype

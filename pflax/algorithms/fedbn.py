@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 
 from . import leafwise
-from .common import init_on_execution_devices
 from .leafwise import Sharing, State, check_inputs, evaluate, round, sample_clients  # noqa: F401
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
@@ -25,6 +24,5 @@ class Config(leafwise.Config):
     sharing: Sharing = Sharing(("encoder", "head"), bn=False)
 
 
-@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     return leafwise.init(key, model, sample_x, num_clients, config)

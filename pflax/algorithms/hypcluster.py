@@ -24,7 +24,6 @@ import dataclasses
 
 from . import ifca
 from .base import State, check_inputs, sample_clients
-from .common import init_on_execution_devices
 from .ifca import evaluate, model_losses, round  # noqa: A004, F401 (the same rule: IFCA's jitted round/evaluate)
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "model_losses"]
@@ -35,6 +34,5 @@ class Config(ifca.Config):
     """``num_clusters`` = the number of hypotheses k (default 3); FedPAC's common SGD setting."""
 
 
-@init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     return ifca.init(key, model, sample_x, num_clients, config)

@@ -14,10 +14,10 @@ One round, for the participants ``i``:
    lr 0.01, momentum 0.5, wd 5e-4), and returns ``dtheta_i = theta_i - theta~_i``;
 3. the server applies the chain rule with ``jax.vjp``: ``grad_psi = sum_i J_psi(e_i)^T dtheta_i`` and
    ``grad_{e_i} = J_{e_i}^T dtheta_i`` (each client's pullback is taken as it finishes and its ``psi``
-   term added to a running sum, so no generated model or delta is ever stacked), and feeds them to the official server optimiser, PyTorch SGD
-   with ``server_lr``, momentum ``server_momentum`` = 0.9 and coupled weight decay
-   ``server_weight_decay`` = 1e-3 (official ``pFedHN`` trainer); with both 0 the step is plain
-   ``psi <- psi - server_lr * grad_psi``, ``e_i <- e_i - server_lr * grad_{e_i}``.
+   term added to a running sum, so no generated model or delta is ever stacked), and feeds them to
+   the official server optimiser, PyTorch SGD with ``server_lr``, momentum ``server_momentum`` = 0.9
+   and coupled weight decay ``server_weight_decay`` = 1e-3 (official ``pFedHN`` trainer); with both 0
+   the step is plain ``psi <- psi - server_lr * grad_psi``, ``e_i <- e_i - server_lr * grad_{e_i}``.
 
 Evaluation: each client's generated model ``h_psi(e_i)`` (no local training) on its own test split.
 
@@ -156,11 +156,12 @@ def _round(state: State, batch, test=None):
     opt = server_optimizer(cfg)
     unravel = unraveler(model, batch.x[0])
     psi = state.shared["hypernetwork"]
-    local = base.take(state.local, batch.client_ids)
+    per_client = base.client_inputs(state, batch)
+    local = per_client["local"]
     # Each client generates its model and adds its J_psi^T dtheta to a running sum as it finishes, so
     # neither the generated models nor the deltas are ever stacked.
-    out, grad_psi = map_reduce_clients(lambda c, p: _client_update(c, p, model, cfg, unravel),
-                                       base.client_inputs(state, batch), psi, cfg.execution)
+    out, grad_psi = map_reduce_clients(lambda c, p: _client_update(c, p, model, cfg, unravel), per_client, psi,
+                                       cfg.execution)
     grad_embeds = out["grad_embed"]
     psi_updates, psi_opt = opt.update(grad_psi, state.shared["opt_state"], psi)
     embed_updates, embed_opt = jax.vmap(opt.update)(grad_embeds, local["opt_state"], local["embed"])
