@@ -80,6 +80,24 @@ def test_evaluation_is_deterministic_and_uses_no_noise(tiny_model, tiny_batch):
     assert freq.shape == (1, tiny_model.feature_dim) and 0 <= freq.min() <= freq.max() <= 1
 
 
+def test_compiled_init_equals_eager_init(tiny_model):
+    # fedpick.init builds encoder, heads and PFSM as one compiled program; the values must be those
+    # of calling the initialisers one by one (as the models' own eager/compiled init test does).
+    x = jnp.zeros((1, 16, 16, 3))
+    state = fedpick.init(jax.random.PRNGKey(5), tiny_model, x, N_CLIENTS)
+    k_model, k_mask, k_p, k_u, _ = jax.random.split(jax.random.PRNGKey(5), 5)
+    eager = tiny_model.init_eagerly(k_model, x)
+    mask_net = fedpick.MaskNetwork(tiny_model.feature_dim)
+    (p_p, s_p), (p_u, s_u) = tiny_model.init_head(k_p), tiny_model.init_head(k_u)
+    eager["params"]["pfsm"] = {"mask": mask_net.init(k_mask, jnp.zeros((1, tiny_model.feature_dim)))["params"],
+                               "head_p": p_p, "head_u": p_u}
+    eager["batch_stats"]["pfsm"] = {"mask": {}, "head_p": s_p, "head_u": s_u}
+    assert jax.tree.structure(state.server) == jax.tree.structure(eager)
+    for a, b, c in zip(jax.tree.leaves(state.server), jax.tree.leaves(eager), jax.tree.leaves(state.clients)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_array_equal(np.asarray(c), np.broadcast_to(np.asarray(b), (N_CLIENTS,) + b.shape))
+
+
 # ----------------------------------------------------------------------------------------- losses
 
 def _np_softmax(a):

@@ -22,14 +22,17 @@ def test_quickstart_notebook_executes():
 
 def test_cli_offline_run_writes_results(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "pflax.cli", "run", "fedpac", "--clients", "4", "--rounds", "2",
-           "--train-per-client", "50", "--test-per-client", "50", "--body-epochs", "1", "--eval-every", "1",
+    # The quickstart notebook's federation and config (10 clients x 150/100 samples, 2 body epochs):
+    # the same round and evaluate programs, so this run reuses the notebook's compilations through
+    # the test run's shared compilation cache.
+    cmd = [sys.executable, "-m", "pflax.cli", "run", "fedpac", "--clients", "10", "--rounds", "2",
+           "--train-per-client", "150", "--test-per-client", "100", "--body-epochs", "2", "--eval-every", "1",
            "--out", str(out), "--quiet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((out / "results.json").read_text())
     assert result["status"] == "finished" and result["rounds_completed"] == 2
-    assert len(result["final_per_client"]) == 4
+    assert len(result["final_per_client"]) == 10
     assert 0.0 <= result["final_accuracy"]["mean"] <= 100.0
     for name in ("rounds.csv", "accuracy.png", "weights.png"):
         assert (out / name).stat().st_size > 0

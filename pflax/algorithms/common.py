@@ -28,8 +28,10 @@ def init_on_execution_devices(init: Callable) -> Callable:
     return placed_init
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def init_heads(head: PyTree, num_clients: int) -> PyTree:
-    """``num_clients`` identical copies of ``head`` on a leading client axis."""
+    """``num_clients`` identical copies of ``head`` on a leading client axis (one compiled program,
+    not one per leaf shape)."""
     return jax.tree.map(lambda a: jnp.broadcast_to(a, (num_clients,) + a.shape), head)
 
 
@@ -64,7 +66,9 @@ def all_finite(tree: PyTree) -> Array:
 def guard_finite(old_state, new_state) -> tuple[Any, Array]:
     """Keep ``old_state`` if anything in ``new_state`` is NaN/Inf: NaN never enters the state."""
     ok = all_finite(new_state)
-    return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_state, old_state), ok
+    # One conditional, not a select per leaf: XLA folds the per-leaf checks into a chain of ``and``s
+    # and copied that chain into every leaf's select (FedPick: 10,000 extra ops, ~3 s of compile).
+    return jax.lax.cond(ok, lambda: new_state, lambda: old_state), ok
 
 
 def check_batch(num_clients: int, num_classes: int, data: ClientData, what: str) -> None:

@@ -38,6 +38,7 @@ mask network has no BN.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -207,13 +208,22 @@ def predict(model: BNModel, cfg: Config, variables: PyTree, x: Array) -> Array:
 @init_on_execution_devices
 def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: Config = Config()) -> State:
     """Every client starts from the same encoder, heads and PFSM."""
-    k_model, k_mask, k_p, k_u, k_rest = jax.random.split(key, 5)
-    variables = model.init(k_model, sample_x[:1])
+    keys = jax.random.split(key, 5)
+    variables = _initial_variables(model, keys[:4], sample_x[:1])
+    return leafwise.init_from_variables(keys[4], variables, num_clients, model, config)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _initial_variables(model: BNModel, keys: Array, sample_x: Array) -> PyTree:
+    """Encoder, global head and PFSM, initialised as one compiled program (eagerly, the flax
+    initialisers compile op by op: ~6 s for the test CNN on a 2-core CPU, against ~2 s). Same values."""
+    k_model, k_mask, k_p, k_u = keys
+    variables = model.init_eagerly(k_model, sample_x)
     mask_params = MaskNetwork(model.feature_dim).init(k_mask, jnp.zeros((1, model.feature_dim), jnp.float32))["params"]
     (p_p, s_p), (p_u, s_u) = model.init_head(k_p), model.init_head(k_u)
     variables["params"]["pfsm"] = {"mask": mask_params, "head_p": p_p, "head_u": p_u}
     variables["batch_stats"]["pfsm"] = {"mask": {}, "head_p": s_p, "head_u": s_u}
-    return leafwise.init_from_variables(k_rest, variables, num_clients, model, config)
+    return variables
 
 
 def _round(state: State, batch: ClientData, test: ClientData | None = None):
