@@ -81,9 +81,11 @@ def test_centroid_aggregation_is_count_weighted_and_keeps_missing_classes():
 )
 def test_weighted_mean_properties(weights, seed):
     rng = np.random.default_rng(seed)
-    w = np.asarray(weights, np.float32)
-    x = rng.normal(size=(len(w), 3)).astype(np.float32)
-    out = np.asarray(aggregate.weighted_mean({"a": jnp.asarray(x)}, jnp.asarray(w), fallback={"a": jnp.full(3, 42.0)})["a"])
+    given_w = np.asarray(weights, np.float32)
+    x = rng.normal(size=(len(given_w), 3)).astype(np.float32)
+    out = np.asarray(aggregate.weighted_mean({"a": jnp.asarray(x)}, jnp.asarray(given_w), fallback={"a": jnp.full(3, 42.0)})["a"])
+    # Documented: subnormal weights (< 1.2e-38, which XLA flushes to zero) count as zero.
+    w = np.where(given_w < np.finfo(np.float32).tiny, np.float32(0), given_w)
     if w.sum() == 0:
         np.testing.assert_array_equal(out, 42.0)  # no weight: the fallback, never NaN
         return
@@ -92,8 +94,23 @@ def test_weighted_mean_properties(weights, seed):
     support = w > 0
     assert np.all(out >= x[support].min(0) - 1e-4) and np.all(out <= x[support].max(0) + 1e-4)
     perm = rng.permutation(len(w))
-    out_perm = np.asarray(aggregate.weighted_mean({"a": jnp.asarray(x[perm])}, jnp.asarray(w[perm]))["a"])
+    out_perm = np.asarray(aggregate.weighted_mean({"a": jnp.asarray(x[perm])}, jnp.asarray(given_w[perm]))["a"])
     np.testing.assert_allclose(out, out_perm, rtol=1e-4, atol=1e-5)
+
+
+def test_subnormal_weights_count_as_zero():
+    # Hypothesis found [1.4e-45]: XLA flushes subnormals, so such a weight must be treated as none at all
+    # (the fallback), and next to a normal weight it must not count either.
+    x = jnp.asarray([[1.0, 2.0], [3.0, 4.0]])
+    tiny = np.float32(1.401298464324817e-45)
+    fallback = {"a": jnp.full(2, 42.0)}
+    alone = aggregate.weighted_mean({"a": x}, jnp.asarray([tiny, 0.0]), fallback=fallback)["a"]
+    np.testing.assert_array_equal(np.asarray(alone), [42.0, 42.0])
+    beside = aggregate.weighted_mean({"a": x}, jnp.asarray([tiny, 2.0]), fallback=fallback)["a"]
+    np.testing.assert_array_equal(np.asarray(beside), [3.0, 4.0])
+    np.testing.assert_array_equal(np.asarray(aggregate.normalized_weights(jnp.asarray([tiny, 2.0]))), [0.0, 1.0])
+    term = aggregate.grouped_term(x, jnp.asarray([tiny, 2.0]))
+    np.testing.assert_array_equal(np.asarray(term["weight"]), [0.0, 2.0])
 
 
 @settings(max_examples=40, deadline=None)

@@ -10,9 +10,20 @@ Array = jax.Array
 PyTree = Any
 
 
-def normalized_weights(weights: Array) -> Array:
-    """``w / sum(w)``; all-zero weights give all-zero output rather than NaN."""
+def _float32_weights(weights: Array) -> Array:
+    """Weights as float32, with subnormal values (below 1.2e-38) set to zero.
+
+    XLA flushes subnormal floats to zero on CPU and GPU, so such a weight already acted as zero in
+    some operations and as positive in others; zeroing it first makes every rule (which weights
+    count, whether any weight is left) agree, on every backend."""
     weights = weights.astype(jnp.float32)
+    return jnp.where(jnp.abs(weights) >= jnp.finfo(jnp.float32).tiny, weights, 0.0)
+
+
+def normalized_weights(weights: Array) -> Array:
+    """``w / sum(w)``; all-zero weights give all-zero output rather than NaN. Weights below the
+    smallest normal float32 (1.2e-38) count as zero."""
+    weights = _float32_weights(weights)
     total = weights.sum()
     return jnp.where(total > 0, weights / jnp.where(total > 0, total, 1.0), 0.0)
 
@@ -47,7 +58,7 @@ def grouped_term(stacked: PyTree, weights: Array) -> dict:
     :func:`grouped_means` turns them into the means. For weights the client decides itself (the cluster
     it picks, its responsibilities), which cannot be normalised before the clients run.
     """
-    weights = weights.astype(jnp.float32)
+    weights = _float32_weights(weights)
 
     def term(x):
         return (weights.reshape((-1,) + (1,) * (x.ndim - 1)) * x).astype(x.dtype)
