@@ -143,9 +143,9 @@ def run_clients_and_average(state: State, per_client: dict, fn: Callable[[dict, 
 
     Returns ``(fn's other outputs, stacked; the weighted mean of fn's output[average])``, the mean
     being ``fallback`` when every weight is zero. ``weights [m]`` must be known before training;
-    the default is the sample sizes (as :func:`mean_over_participants`). The averaged output is added
-    to a running sum as each client finishes (:func:`pflax.core.execution.map_clients_and_average`),
-    so the participants' models are never stacked.
+    the default is the sample sizes. The averaged output is added to a running sum as each client
+    finishes (:func:`pflax.core.execution.map_clients_and_average`), so the participants' models are
+    never stacked.
     """
     shared = state.shared if shared is None else shared
     weights = per_client["mask"].sum(1) if weights is None else weights
@@ -201,11 +201,6 @@ def train_parts(params: PyTree, parts: tuple[str, ...], loss: Callable, client: 
     (no weight decay, no momentum on them, as when PyTorch leaves them out of the optimiser)."""
     opt = freeze(cfg.optimizer(lr), trainable(params, parts))
     return train(params, loss, client, cfg, key=key, epochs=epochs, optimizer=opt)
-
-
-def mean_over_participants(stacked: PyTree, n: Array, fallback: PyTree) -> PyTree:
-    """Sample-size weighted mean; a round where no participant has data keeps ``fallback``."""
-    return aggregate.weighted_mean(stacked, n, fallback=fallback)
 
 
 def finish_round(state: State, batch: ClientData, shared: PyTree, new_local: PyTree | None, metrics: dict) -> tuple[State, dict]:

@@ -48,11 +48,11 @@ def momentum_norm(tau, rho: float):
 
 def _client_update(client, params, model, cfg: Config):
     new, loss = base.train_full(params, client, model, cfg)
-    norm = momentum_norm(base.local_steps(client["mask"], cfg), cfg.momentum)
+    norm = client["norm"]  # ||a_i||_1, computed once for all participants by the server
     # d_i = (w^t - w_i) / ||a_i||_1, zero for a client that took no step.
     scale = jnp.where(norm > 0, 1.0 / jnp.maximum(norm, 1e-12), 0.0)
     direction = jax.tree.map(lambda a, b: (a - b) * scale, params, new)
-    return {"direction": direction, "norm": norm, "n": base.num_samples(client), "loss": loss}
+    return {"direction": direction, "n": base.num_samples(client), "loss": loss}
 
 
 def _round(state: State, batch, test=None):
@@ -63,11 +63,12 @@ def _round(state: State, batch, test=None):
     weights = jnp.where(norms > 0, batch.mask.sum(1).astype(jnp.float32), 0.0)
     p = weights / jnp.maximum(weights.sum(), 1.0)
     tau_eff = jnp.sum(p * norms)
+    per_client = {**base.client_inputs(state, batch), "norm": norms}
     out, mean_direction = base.run_clients_and_average(
-        state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg), "direction",
+        state, per_client, lambda c, s: _client_update(c, s, model, cfg), "direction",
         jax.tree.map(jnp.zeros_like, state.shared), weights=weights)
     shared = jax.tree.map(lambda w, d: w - tau_eff * d, state.shared, mean_direction)
-    metrics = {"n": out["n"], "loss": out["loss"], "tau_norm": out["norm"]}
+    metrics = {"n": out["n"], "loss": out["loss"], "tau_norm": norms}
     new_state, metrics = base.finish_round(state, batch, shared, None, metrics)
     if test is not None:
         metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]

@@ -214,6 +214,13 @@ def _train_pairs(init_params, pairs: Array, tr: dict, va: dict, key: Array, mode
     return state["best"], state["rounds"] + 1
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _initial_params(model: Discriminator, key: Array, x: Array, y: Array):
+    """The discriminator's parameters as one compiled program (not one per initialiser operation),
+    cached per discriminator configuration, so a second ``estimate_distances`` does not recompile it."""
+    return model.init(key, x, y)["params"]
+
+
 @functools.lru_cache(maxsize=8)
 def _compiled(model: Discriminator, config: DiscConfig):
     """One jitted trainer per (model, config): repeated estimates (subsets of pairs) reuse it."""
@@ -244,8 +251,7 @@ def estimate_distances(
         tr, va = (ClientData(jax.vmap(encoder)(d.x), d.y, d.mask, d.client_ids) for d in (tr, va))
     model = Discriminator(num_labels, config.hidden)
     k_init, k_train = jax.random.split(key)
-    # The same start for every pair; one compiled program instead of one per initialiser operation.
-    init_params = jax.jit(model.init)(k_init, tr.x[0, :1], tr.y[0, :1])["params"]
+    init_params = _initial_params(model, k_init, tr.x[0, :1], tr.y[0, :1])  # the same start for every pair
     pairs = pair_list(n) if pairs is None else np.asarray(pairs, np.int32)
     as_dict = lambda d: {"x": d.x, "y": d.y, "mask": d.mask}
     best, rounds = _compiled(model, config)(init_params, jnp.asarray(pairs), as_dict(tr), as_dict(va), k_train)
