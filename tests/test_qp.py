@@ -153,3 +153,26 @@ def test_jit_and_vmap_compatible():
     batched = jax.jit(jax.vmap(qp.combination_weights))(v, h)
     for b in range(3):
         np.testing.assert_allclose(batched[b], qp.combination_weights(v[b], h[b]), atol=1e-6)
+
+
+def test_eager_call_is_one_compiled_program_equal_to_the_traced_one():
+    # An eager call must not dispatch the float64 computation op by op (~80 small compilations,
+    # 3 s for m = 6); it runs one program, which computes what the inlined (traced) path computes.
+    rng = np.random.default_rng(9)
+    v = jnp.asarray(rng.uniform(0.1, 1, 9), jnp.float32)  # m = 9: a shape no other test compiles
+    h = jnp.asarray(rng.normal(size=(9, 3, 2)), jnp.float32)
+    lowered = []
+
+    def listen(event, _seconds, **_kwargs):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            lowered.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        eager = np.asarray(qp.combination_weights(v, h))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(lowered) <= 5, f"{len(lowered)} programs lowered for one eager call"  # op by op: ~80
+    traced = np.asarray(jax.jit(qp.combination_weights)(v, h))
+    np.testing.assert_allclose(eager, traced, atol=1e-6)
+    np.testing.assert_allclose(eager.sum(1), 1.0, atol=1e-6)

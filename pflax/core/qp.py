@@ -198,9 +198,10 @@ def combination_weights(
     falls back to ``e_i`` (the client keeps its own head), as the official code does when its PSD
     check fails.
 
-    Not wrapped in ``jax.jit`` on purpose: a jitted inner function would be traced once and then
-    re-transformed (by an outer ``vmap``) outside the local float64 scope, mixing dtypes. Its
-    float64 kernels (``solve_simplex_qp``) are jitted and cached, so eager calls stay cheap.
+    Called on concrete arrays it runs one program compiled (and cached) per shape inside the local
+    float64 scope. Called under a trace (a jitted round, ``vmap``, ``grad``) it is inlined instead: a
+    jitted inner function would be traced once and could then be re-transformed (say, batched as
+    part of a ``lax.scan`` body that is vmapped later) outside that scope, mixing dtypes.
     """
     if mode not in ("exact", "official"):
         raise ValueError(f"mode must be 'exact' or 'official', got {mode!r}")
@@ -211,6 +212,18 @@ def combination_weights(
     m = v.shape[0]
     if participating is None:
         participating = jnp.ones((m,), bool)
+    if any(isinstance(a, jax.core.Tracer) for a in (v, h, participating)):
+        # Inside the caller's trace (a jitted round, vmap, grad): inline, in a local float64 scope.
+        return _weights(v, h, participating, mode, threshold)
+    # An eager call: compile the whole computation as one program per shape, entered inside the
+    # float64 scope so no later transformation can re-trace it outside that scope. Op by op it would
+    # compile ~80 small float64 programs (measured for m = 6: 4.7 s on first call, against 1.5 s).
+    with jax.enable_x64(True):
+        return _weights_compiled(v, h, participating, mode, threshold)
+
+
+def _weights(v: Array, h: Array, participating: Array, mode: str, threshold: float) -> Array:
+    m = v.shape[0]
     with jax.enable_x64(True):
         v64 = v.astype(jnp.float64)
         h64 = h.astype(jnp.float64)
@@ -241,3 +254,6 @@ def combination_weights(
 
         weights = jax.vmap(one)(jnp.arange(m), p_all)
         return weights.astype(jnp.float32)
+
+
+_weights_compiled = jax.jit(_weights, static_argnums=(3, 4))
