@@ -186,6 +186,27 @@ def test_diverging_round_keeps_the_state_and_reports_nonfinite():
     assert T.tree_equal(new, state)  # nothing was applied, NaN never entered the state
 
 
+@pytest.mark.parametrize("group", [1, 7, 1 << 22])  # every leaf alone, several groups, one group per dtype
+def test_all_finite_finds_any_nan_or_inf_in_any_leaf(monkeypatch, group):
+    from pflax.algorithms import common
+
+    monkeypatch.setattr(common, "_FINITE_CHECK_GROUP", group)
+    tree = {
+        "a": np.zeros((3, 4), np.float32), "b": np.ones(5, np.float32), "n": np.arange(4),  # ints are skipped
+        "big64": np.full(3, 1e300),  # finite in float64, would overflow if cast to float32
+        "half": np.ones((2, 3), np.float16), "c": np.ones((2, 2), np.float32),
+    }
+    with jax.enable_x64(True):  # keep the float64 leaf float64 inside the check
+        check = jax.jit(common.all_finite)
+        assert bool(check(tree))
+        for name in ("a", "b", "big64", "half", "c"):
+            for bad in (np.nan, np.inf, -np.inf):
+                leaf = np.array(tree[name])
+                leaf.flat[leaf.size - 1] = bad
+                assert not bool(check({**tree, name: leaf})), (name, bad)
+        assert bool(check({"n": np.arange(3)})) and bool(check({}))
+
+
 def test_nan_statistics_give_own_head_not_nan():
     v = jnp.array([0.5, jnp.nan, 0.2])
     h = jnp.ones((3, 2, 2)) * jnp.arange(3.0)[:, None, None]
