@@ -5,6 +5,7 @@ so it runs this file as a script in a subprocess and reads back the differences 
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -91,6 +92,48 @@ def strategy_differences(strategies) -> tuple[dict, dict]:
     return diffs, retraced
 
 
+_COLLECTIVE = re.compile(r" (all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)(-start)?\(")
+
+
+def collectives_inside_loops(hlo_text: str) -> int:
+    """How many collectives of a compiled HLO module sit in a while loop (or a computation it calls):
+    each of those runs once per iteration instead of once per round."""
+    comps = {}
+    for block in hlo_text.split("\n\n"):
+        match = re.match(r"%?([\w.\-]+) ", block.strip())
+        if match:
+            comps[match.group(1)] = block
+    inside: set = set()
+
+    def visit(name):
+        if name in inside or name not in comps:
+            return
+        inside.add(name)
+        for callee in re.findall(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)", comps[name]):
+            visit(callee)
+        for group in re.findall(r"branch_computations=\{([^}]*)\}", comps[name]):
+            for callee in re.findall(r"%?([\w.\-]+)", group):
+                visit(callee)
+
+    for body in re.findall(r"body=%?([\w.\-]+)", hlo_text):
+        visit(body)
+    return sum(len(_COLLECTIVE.findall(comps[c])) for c in inside)
+
+
+def sharded_fedpac_round_hlo() -> str:
+    """The compiled FedPAC round (sharded over all devices), as HLO text."""
+    import jax
+
+    from pflax.algorithms import fedpac
+    from pflax.core.execution import Execution
+    from pflax.models import mlp
+
+    batch, key = _problem()
+    cfg = fedpac.Config(execution=Execution("sharded", inner="map"), batch_size=8, body_epochs=2)
+    state = fedpac.init(key, mlp(4, hidden=(16, 8)), batch.x[0], NUM_CLIENTS, cfg)
+    return fedpac.round.lower(state, batch).compile().as_text()
+
+
 def _single_device_strategies():
     from pflax.core.execution import Execution
 
@@ -136,6 +179,8 @@ def test_strategies_agree_on_eight_forced_host_devices():
     assert all(n == 0 for per in report["retraced"].values() for n in per.values()), report["retraced"]
     # map_reduce_clients across 8 devices: padding slots (n = 1, 6, 11) never reach the psum.
     assert report["reduce_exact"] and all(report["reduce_exact"].values()), report["reduce_exact"]
+    # The QP runs whole on every device: no collective inside its solver loops (there were 19).
+    assert report["fedpac_collectives_inside_loops"] == 0
 
 
 def test_execution_rejects_bad_settings():
@@ -165,4 +210,5 @@ if __name__ == "__main__":
             f"{n} clients, inner {inner}": reduce_matches_reference(n, Execution("sharded", chunk_size=4, inner=inner))
             for n in (1, 6, 11) for inner in ("map", "vmap", "chunked")
         },
+        "fedpac_collectives_inside_loops": collectives_inside_loops(sharded_fedpac_round_hlo()),
     }))

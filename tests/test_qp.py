@@ -176,3 +176,22 @@ def test_eager_call_is_one_compiled_program_equal_to_the_traced_one():
     traced = np.asarray(jax.jit(qp.combination_weights)(v, h))
     np.testing.assert_allclose(eager, traced, atol=1e-6)
     np.testing.assert_allclose(eager.sum(1), 1.0, atol=1e-6)
+
+
+def test_qp_on_two_cpu_devices_does_not_deadlock():
+    # Regression: with the targets vmapped, jaxlib's batched LU kernels deadlocked on the shared CPU
+    # thread pool when two host devices ran the solver at once (3 of 4 runs hung at m = 40).
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    script = Path(__file__).with_name("_qp_two_devices.py")
+    try:
+        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the QP on two CPU devices did not finish in 240 s (deadlock)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout.strip().splitlines()[-1]) < 1e-5

@@ -40,7 +40,7 @@ import numpy as np
 from flax import struct
 
 from ..core import aggregate, qp, stats
-from ..core.execution import Execution, map_clients, map_clients_and_average
+from ..core.execution import Execution, map_clients, map_clients_and_average, replicate
 from ..core.losses import cross_entropy, masked_mean, squared_error_per_sample
 from ..core.optim import pytorch_sgd
 from ..core.train import batched_apply, local_train
@@ -228,7 +228,9 @@ def _round(state: State, batch: ClientData, test: ClientData | None = None) -> t
     has_data = sizes > 0
     v = jnp.maximum(out["v"], cfg.variance_floor)
     if cfg.classifier_collaboration:
-        weights = qp.combination_weights(v, out["h"], has_data, mode=cfg.qp_mode, threshold=cfg.weight_threshold)
+        qp_inputs = replicate((v, out["h"], has_data), cfg.execution)  # solved whole on each device
+        weights = qp.combination_weights(*qp_inputs, mode=cfg.qp_mode, threshold=cfg.weight_threshold)
+        weights = replicate(weights, cfg.execution)
     else:
         weights = jnp.eye(sizes.shape[0], dtype=jnp.float32)
     new_heads = aggregate.mix(out["head"], weights)

@@ -196,6 +196,20 @@ def place_for(execution: Execution, tree: PyTree) -> PyTree:
     return jax.tree.map(put, tree)
 
 
+def replicate(tree: PyTree, execution: Execution) -> PyTree:
+    """``tree`` constrained to be whole on every device when ``execution`` runs ``sharded``.
+
+    For small server-side computations on per-client outputs (FedPAC's QP): without the constraint,
+    XLA's partitioner splits them along the client axis it inherits and then exchanges data inside
+    their loops, one collective per iteration. Replicated, they cost one all-gather of the inputs.
+    Other strategies: ``tree`` unchanged.
+    """
+    if execution.resolve() != "sharded":
+        return tree
+    sharding = NamedSharding(client_mesh(), PartitionSpec())
+    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
+
+
 def map_clients(
     fn: Callable[[PyTree, PyTree], PyTree],
     per_client: PyTree,
