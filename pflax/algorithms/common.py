@@ -70,17 +70,17 @@ def all_finite(tree: PyTree) -> Array:
     for x in jax.tree.leaves(tree):
         if jnp.issubdtype(x.dtype, jnp.floating):
             by_dtype.setdefault(jnp.dtype(x.dtype), []).append(x)
-    checks = []
+    groups = []
     for leaves in by_dtype.values():
-        group, size = [], 0
-        for x in leaves + [None]:  # None flushes the last group
-            if group and (x is None or size + x.size > _FINITE_CHECK_GROUP):
-                flat = group[0] if len(group) == 1 else jnp.concatenate([g.ravel() for g in group])
-                checks.append(jnp.all(jnp.isfinite(flat)))
-                group, size = [], 0
-            if x is not None:
-                group.append(x)
-                size += x.size
+        groups.append([])
+        size = 0
+        for x in leaves:
+            if groups[-1] and size + x.size > _FINITE_CHECK_GROUP:
+                groups.append([])
+                size = 0
+            groups[-1].append(x)
+            size += x.size
+    checks = [jnp.all(jnp.isfinite(g[0] if len(g) == 1 else jnp.concatenate([x.ravel() for x in g]))) for g in groups]
     return jnp.all(jnp.stack(checks)) if checks else jnp.array(True)
 
 

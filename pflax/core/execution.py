@@ -172,6 +172,11 @@ def client_mesh(devices=None) -> Mesh:
     return Mesh(np.asarray(devices), ("clients",))
 
 
+def _replicated() -> NamedSharding:
+    """Whole on every device of the client mesh."""
+    return NamedSharding(client_mesh(), PartitionSpec())
+
+
 def place_for(execution: Execution, tree: PyTree) -> PyTree:
     """``tree`` put where rounds run with ``execution`` leave their state.
 
@@ -183,7 +188,7 @@ def place_for(execution: Execution, tree: PyTree) -> PyTree:
     """
     if execution.resolve() != "sharded":
         return tree
-    sharding = NamedSharding(client_mesh(), PartitionSpec())
+    sharding = _replicated()
 
     def put(leaf):
         if isinstance(leaf, jax.Array) and leaf.sharding == sharding:
@@ -206,7 +211,7 @@ def replicate(tree: PyTree, execution: Execution) -> PyTree:
     """
     if execution.resolve() != "sharded":
         return tree
-    sharding = NamedSharding(client_mesh(), PartitionSpec())
+    sharding = _replicated()
     return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
 
 
