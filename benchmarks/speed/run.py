@@ -8,6 +8,10 @@ then drift, ratios much less). Data are random (speed does not depend on their v
     python benchmarks/speed/run.py scaling               # FedAvg/FedPAC x {FMNIST, CIFAR} CNN x {10, 100, 1000} clients
     python benchmarks/speed/run.py plot                  # PNG from benchmarks/results/speed/scaling.json
 
+On a GPU machine, ``--torch-device cuda --results benchmarks/results/speed/gpu_<name>`` runs the same
+benchmark with PyTorch on the GPU beside JAX's default (GPU) backend; memory is then read from both
+libraries' allocators (peak bytes in use on the device) as well as the process's RSS.
+
 ``scaling`` runs each (model, algorithm, clients) configuration in a fresh subprocess so peak-RSS figures
 do not mix. Large client counts use few samples per client (``--samples``, default 50), one timed pflax
 round, and the PyTorch loop on ``--torch-max`` clients, extrapolated linearly to all clients (the
@@ -110,19 +114,38 @@ class PflaxRunner:
 
 
 class TorchRunner:
-    def __init__(self, algorithm: str, dataset: str, x, y, collaboration: bool = True):
+    def __init__(self, algorithm: str, dataset: str, x, y, collaboration: bool = True, device: str = "cpu"):
         import torch
 
         import torch_reference as tr
 
+        self.torch, self.device = torch, device
         torch.manual_seed(0)
-        self.clients = tr.to_torch_clients(x, y)
-        model = tr.make_model(dataset)
+        self.clients = tr.to_torch_clients(x, y, device)
+        model = tr.make_model(dataset).to(device)
         cfg = tr.Config(classifier_collaboration=collaboration)
         self.server = tr.FedPACServer(model, len(self.clients), cfg) if algorithm == "fedpac" else tr.FedAvgServer(model, cfg)
 
     def step(self):
         self.server.round_(self.clients)
+        if self.device != "cpu":
+            self.torch.cuda.synchronize()  # kernels are queued asynchronously: wait before reading the clock
+
+
+def jax_device_peak_bytes() -> int | None:
+    """Peak bytes in use on JAX's default device since the process started (None on the CPU backend)."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() if jax.default_backend() != "cpu" else None
+    return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
+
+
+def torch_device_peak_bytes(device: str) -> int | None:
+    if device == "cpu":
+        return None
+    import torch
+
+    return int(torch.cuda.max_memory_allocated())
 
 
 def timed(fn) -> tuple[float, int]:
@@ -135,7 +158,7 @@ def timed(fn) -> tuple[float, int]:
 
 def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int, torch_max: int,
             strategy: str = "auto", chunk_size: int = 4, collaboration: bool | None = None,
-            warmup_round: bool = True) -> dict:
+            warmup_round: bool = True, torch_device: str = "cpu") -> dict:
     """Interleaved pflax / PyTorch rounds on the same random data; medians over ``reps``.
 
     ``warmup_round=False`` (used for very large client counts, where one round takes minutes) compiles
@@ -151,15 +174,17 @@ def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int,
         t0 = time.perf_counter()
         pf.step() if warmup_round else pf.compile()
         compile_s = time.perf_counter() - t0
-    # Warm PyTorch up on two clients (oneDNN primitive creation, allocator) before timing it.
-    TorchRunner(algorithm, dataset, x[:2], y[:2], collaboration).step()
-    th = TorchRunner(algorithm, dataset, x[:torch_clients], y[:torch_clients], collaboration)
+    pflax_device_peak = jax_device_peak_bytes()
+    # Warm PyTorch up on two clients (oneDNN/cuDNN primitive creation, allocator) before timing it.
+    TorchRunner(algorithm, dataset, x[:2], y[:2], collaboration, torch_device).step()
+    th = TorchRunner(algorithm, dataset, x[:torch_clients], y[:torch_clients], collaboration, torch_device)
     pf_times, th_times, pf_mem, th_mem = [], [], [], []
     for _ in range(reps):
         s, m = timed(pf.step)
         pf_times.append(s), pf_mem.append(m)
         s, m = timed(th.step)
         th_times.append(s), th_mem.append(m)
+    pflax_device_peak = jax_device_peak_bytes() if pflax_device_peak is not None else None
     pf_s, th_sub = float(np.median(pf_times)), float(np.median(th_times))
     th_s = th_sub * clients / torch_clients
     return {
@@ -172,8 +197,24 @@ def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int,
         "pflax_live_buffer_bytes": pf.live_bytes(), "pflax_setup_peak_rss_delta_bytes": int(setup_mem.delta),
         "process_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "load_avg_1min": os.getloadavg()[0], "threads": int(os.environ.get("PFLAX_BENCH_THREADS", "0")),
+        "pflax_device_peak_bytes": pflax_device_peak, "torch_device_peak_bytes": torch_device_peak_bytes(torch_device),
+        "jax_backend": jax_backend_name(), "torch_device": torch_device, "torch_device_name": torch_device_name(torch_device),
         "pflax_commit": git_commit(),
     }
+
+
+def jax_backend_name() -> str:
+    import jax
+
+    d = jax.devices()[0]
+    return f"{jax.default_backend()}: {d.device_kind} (jax {jax.__version__})"
+
+
+def torch_device_name(device: str) -> str:
+    import torch
+
+    name = torch.cuda.get_device_name() if device != "cpu" else "cpu"
+    return f"{name} (torch {torch.__version__})"
 
 
 def git_commit() -> str | None:
@@ -184,7 +225,7 @@ def git_commit() -> str | None:
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "pflax", "benchmarks/speed/*.py"], cwd=root,
                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
-        return None
+        return os.environ.get("PFLAX_COMMIT")  # a copy of the tree without .git (e.g. on a lent GPU machine)
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
@@ -209,21 +250,24 @@ def cmd_one(args):
     set_threads(args.threads)
     sys.path.insert(0, str(Path(__file__).parent))
     r = measure(args.algorithm, args.model, args.clients, args.samples, args.reps, args.torch_max,
-                args.strategy, args.chunk_size, warmup_round=args.clients < WARMUP_BELOW)
+                args.strategy, args.chunk_size, warmup_round=args.clients < WARMUP_BELOW,
+                torch_device=args.torch_device)
     print("RESULT " + json.dumps(r), flush=True)
 
 
 def cmd_scaling(args):
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "scaling.json"
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    out = results / "scaling.json"
     rows = json.loads(out.read_text()) if out.exists() and args.append else []
     for model in args.models.split(","):
         for clients in [int(c) for c in args.clients.split(",")]:
             for algorithm in args.algorithms.split(","):
-                reps = 1 if clients >= 1000 else args.reps
+                reps = 1 if clients >= 1000 and args.torch_device == "cpu" else args.reps  # a CPU round there takes minutes
                 cmd = [sys.executable, __file__, "one", "--algorithm", algorithm, "--model", model,
                        "--clients", str(clients), "--samples", str(args.samples), "--reps", str(reps),
-                       "--torch-max", str(args.torch_max), "--threads", str(args.threads)]
+                       "--torch-max", str(args.torch_max), "--threads", str(args.threads),
+                       "--torch-device", args.torch_device, "--strategy", args.strategy, "--chunk-size", str(args.chunk_size)]
                 print(" ".join(cmd[1:]), flush=True)
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -232,8 +276,9 @@ def cmd_scaling(args):
                            "error": proc.stderr[-2000:]}
                 else:
                     row = json.loads(lines[-1][len("RESULT "):])
-                print(json.dumps({k: row.get(k) for k in ("model", "algorithm", "clients", "pflax_round_s",
-                                                          "torch_round_s", "ratio_pflax_over_torch", "error")}), flush=True)
+                print(json.dumps({k: row.get(k) for k in ("model", "algorithm", "clients", "pflax_round_s", "pflax_first_round_s",
+                                                          "torch_round_s", "ratio_pflax_over_torch", "pflax_device_peak_bytes",
+                                                          "error")}), flush=True)
                 rows = [r for r in rows if (r["model"], r["algorithm"], r["clients"]) != (row["model"], algorithm, clients)]
                 rows.append(row)
                 out.write_text(json.dumps(rows, indent=1))
@@ -244,16 +289,18 @@ def cmd_acceptance(args):
     """The issue's acceptance figure, for several execution strategies."""
     sys.path.insert(0, str(Path(__file__).parent))
     set_threads(args.threads)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
     rows = []
     for strategy in args.strategies.split(","):
         name, _, chunk = strategy.partition(":")
-        r = measure("fedpac", "fmnist", 20, 600, args.reps, 20, name, int(chunk or 4), collaboration=True)
+        r = measure("fedpac", "fmnist", 20, 600, args.reps, 20, name, int(chunk or 4), collaboration=True,
+                    torch_device=args.torch_device)
         print(json.dumps({k: r[k] for k in ("strategy", "chunk_size", "pflax_round_s", "torch_round_s",
                                             "ratio_pflax_over_torch")}), flush=True)
         r["threads"] = args.threads
         rows.append(r)
-    (RESULTS / f"acceptance_fedpac_fmnist_20x600_threads{args.threads}.json").write_text(json.dumps(rows, indent=1))
+    (results / f"acceptance_fedpac_fmnist_20x600_threads{args.threads}.json").write_text(json.dumps(rows, indent=1))
 
 
 def growth_exponent(clients, values) -> float:
@@ -267,7 +314,8 @@ def cmd_plot(args):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in json.loads((RESULTS / "scaling.json").read_text()) if "error" not in r]
+    results = Path(args.results)
+    rows = [r for r in json.loads((results / "scaling.json").read_text()) if "error" not in r]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     summary = {}
     for (model, algorithm) in sorted({(r["model"], r["algorithm"]) for r in rows}):
@@ -296,11 +344,13 @@ def cmd_plot(args):
     for ax in axes:
         ax.legend(fontsize=7)
     load = max(r.get("load_avg_1min", 0.0) for r in rows)
-    fig.suptitle(f"pflax vs PyTorch loop, {os.cpu_count()}-core CPU (max 1-min load while measured {load:.1f}); random data, "
+    where = (f"{rows[0]['jax_backend']} vs PyTorch on {rows[0]['torch_device_name']}" if rows[0].get("torch_device", "cpu") != "cpu"
+             else f"{os.cpu_count()}-core CPU")
+    fig.suptitle(f"pflax vs PyTorch loop, {where} (max 1-min load while measured {load:.1f}); random data, "
                  f"{rows[0]['samples_per_client']} samples/client, 1+5 (FedPAC) or 5 (FedAvg) epochs")
     fig.tight_layout()
-    fig.savefig(RESULTS / "scaling.png", dpi=110)
-    (RESULTS / "scaling_growth.json").write_text(json.dumps(summary, indent=1))
+    fig.savefig(results / "scaling.png", dpi=110)
+    (results / "scaling_growth.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
 
 
@@ -317,6 +367,7 @@ def main():
     one.add_argument("--torch-max", type=int, default=100)
     one.add_argument("--strategy", default="auto")
     one.add_argument("--chunk-size", type=int, default=4)
+    one.add_argument("--torch-device", default="cpu", help="cpu or cuda")
     sc = sub.add_parser("scaling")
     sc.add_argument("--models", default="fmnist,cifar")
     sc.add_argument("--algorithms", default="fedavg,fedpac")
@@ -326,11 +377,18 @@ def main():
     sc.add_argument("--reps", type=int, default=2)
     sc.add_argument("--torch-max", type=int, default=100)
     sc.add_argument("--append", action="store_true", help="keep rows of other configurations already in the JSON")
+    sc.add_argument("--torch-device", default="cpu", help="cpu or cuda (PyTorch's device; JAX uses its default backend)")
+    sc.add_argument("--strategy", default="auto", help="pflax execution strategy")
+    sc.add_argument("--chunk-size", type=int, default=4)
+    sc.add_argument("--results", default=str(RESULTS), help="folder for scaling.json, scaling.png, scaling_growth.json")
     ac = sub.add_parser("acceptance")
     ac.add_argument("--strategies", default="map", help="comma list, chunked as chunked:4")
     ac.add_argument("--threads", type=int, default=0, help="intra-op threads for both (0 = defaults)")
     ac.add_argument("--reps", type=int, default=3)
-    sub.add_parser("plot")
+    ac.add_argument("--torch-device", default="cpu", help="cpu or cuda")
+    ac.add_argument("--results", default=str(RESULTS))
+    pl = sub.add_parser("plot")
+    pl.add_argument("--results", default=str(RESULTS))
     args = p.parse_args()
     {"one": cmd_one, "scaling": cmd_scaling, "acceptance": cmd_acceptance, "plot": cmd_plot}[args.cmd](args)
 

@@ -8,7 +8,9 @@ amount of model compute:
   without its per-sample Python collation, which would only make PyTorch slower);
 * the local test-accuracy passes (``acc0``/``acc2``) are left out, as they are in the pflax rounds
   being timed (both sides then do: statistics pass, head epochs, body epochs, centroid pass);
-* the classifier-combination QP is solved with scipy's SLSQP in float64 instead of cvxpy/OSQP.
+* the classifier-combination QP is solved with scipy's SLSQP in float64 instead of cvxpy/OSQP;
+* on a GPU every client's data sit on the device from the start (the official code copies each
+  minibatch from host memory).
 
 Models are the FedPAC CNNs of spec A.6 (``models/cnn.py``), NCHW, with PyTorch's default init.
 ``load_pflax_params`` copies a pflax ``SplitModel``'s parameters in, so the two can be checked to
@@ -82,10 +84,14 @@ def load_pflax_params(model: FedPACCNN, params: dict) -> None:
         model.fc2.bias.copy_(torch.from_numpy(np.asarray(head["TorchDense_0"]["bias"])))
 
 
-def to_torch_clients(x: np.ndarray, y: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per-client (NCHW images, labels) from pflax-layout arrays ``x [m, n, H, W, C]``, ``y [m, n]``."""
-    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3)))
-    yt = torch.from_numpy(y.astype(np.int64))
+def to_torch_clients(x: np.ndarray, y: np.ndarray, device: str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-client (NCHW images, labels) from pflax-layout arrays ``x [m, n, H, W, C]``, ``y [m, n]``.
+
+    On a GPU the clients' data are moved there once, up front (the official code copies each
+    minibatch from host memory instead, which would only make PyTorch slower).
+    """
+    xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3))).to(device)
+    yt = torch.from_numpy(y.astype(np.int64)).to(device)
     return [(xt[i], yt[i]) for i in range(x.shape[0])]
 
 
@@ -102,8 +108,8 @@ class Config:
     classifier_collaboration: bool = True
 
 
-def _minibatches(n: int, batch_size: int, gen: torch.Generator):
-    order = torch.randperm(n, generator=gen)
+def _minibatches(n: int, batch_size: int, gen: torch.Generator, device: torch.device):
+    order = torch.randperm(n, generator=gen).to(device)  # drawn on the host, as a DataLoader's sampler does
     return [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
 
@@ -114,7 +120,7 @@ def _sgd_epochs(model, params, loss_fn, x, y, epochs, lr, cfg, gen) -> None:
         p.requires_grad_(id(p) in trainable)
     opt = torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     for _ in range(epochs):
-        for idx in _minibatches(x.shape[0], cfg.batch_size, gen):
+        for idx in _minibatches(x.shape[0], cfg.batch_size, gen, x.device):
             opt.zero_grad(set_to_none=True)
             loss_fn(x[idx], y[idx]).backward()
             opt.step()
@@ -170,7 +176,7 @@ def fedpac_client(model, global_body, head, x, y, centroids, valid, rnd, cfg, ge
     return {
         "body": {n_: t for n_, t in state.items() if not n_.startswith("fc2.")},
         "head": {n_: t for n_, t in state.items() if n_.startswith("fc2.")},
-        "v": float(v), "h": h.numpy().astype(np.float64), "n": float(n),
+        "v": float(v), "h": h.cpu().numpy().astype(np.float64), "n": float(n),
         "counts": post_counts, "centroids": _means(post_counts, post_sums),
     }
 
@@ -212,7 +218,9 @@ class FedPACServer:
         self.body = {k: v for k, v in state.items() if not k.startswith("fc2.")}
         self.heads = [{k: v for k, v in state.items() if k.startswith("fc2.")} for _ in range(num_clients)]
         k, d = model.fc2.out_features, model.fc2.in_features
-        self.centroids, self.valid = torch.zeros(k, d), torch.zeros(k, dtype=torch.bool)
+        device = model.fc2.weight.device
+        self.centroids = torch.zeros(k, d, device=device)
+        self.valid = torch.zeros(k, dtype=torch.bool, device=device)
         self.round = 0
         self.gen = torch.Generator().manual_seed(seed)
 
