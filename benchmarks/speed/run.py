@@ -251,8 +251,11 @@ def cmd_one(args):
     sys.path.insert(0, str(Path(__file__).parent))
     r = measure(args.algorithm, args.model, args.clients, args.samples, args.reps, args.torch_max,
                 args.strategy, args.chunk_size, warmup_round=args.clients < WARMUP_BELOW,
-                torch_device=args.torch_device)
+                torch_device=args.torch_device, collaboration=COLLABORATION[args.collaboration])
     print("RESULT " + json.dumps(r), flush=True)
+
+
+COLLABORATION = {"auto": None, "on": True, "off": False}  # FedPAC's classifier combination (auto: on below 1000 clients)
 
 
 def cmd_scaling(args):
@@ -267,7 +270,8 @@ def cmd_scaling(args):
                 cmd = [sys.executable, __file__, "one", "--algorithm", algorithm, "--model", model,
                        "--clients", str(clients), "--samples", str(args.samples), "--reps", str(reps),
                        "--torch-max", str(args.torch_max), "--threads", str(args.threads),
-                       "--torch-device", args.torch_device, "--strategy", args.strategy, "--chunk-size", str(args.chunk_size)]
+                       "--torch-device", args.torch_device, "--strategy", args.strategy, "--chunk-size", str(args.chunk_size),
+                       "--collaboration", args.collaboration]
                 print(" ".join(cmd[1:]), flush=True)
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -368,6 +372,7 @@ def main():
     one.add_argument("--strategy", default="auto")
     one.add_argument("--chunk-size", type=int, default=4)
     one.add_argument("--torch-device", default="cpu", help="cpu or cuda")
+    one.add_argument("--collaboration", choices=list(COLLABORATION), default="auto")
     sc = sub.add_parser("scaling")
     sc.add_argument("--models", default="fmnist,cifar")
     sc.add_argument("--algorithms", default="fedavg,fedpac")
@@ -380,6 +385,8 @@ def main():
     sc.add_argument("--torch-device", default="cpu", help="cpu or cuda (PyTorch's device; JAX uses its default backend)")
     sc.add_argument("--strategy", default="auto", help="pflax execution strategy")
     sc.add_argument("--chunk-size", type=int, default=4)
+    sc.add_argument("--collaboration", choices=list(COLLABORATION), default="auto",
+                    help="FedPAC classifier combination (auto: on below 1000 clients)")
     sc.add_argument("--results", default=str(RESULTS), help="folder for scaling.json, scaling.png, scaling_growth.json")
     ac = sub.add_parser("acceptance")
     ac.add_argument("--strategies", default="map", help="comma list, chunked as chunked:4")
