@@ -47,6 +47,19 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: test order within files kept
 
 
+@pytest.fixture
+def float32_matmuls():
+    """Full float32 convolutions and matmuls, for tests that compare a model's own arithmetic with a
+    NumPy reference or with a second implementation. The CPU computes in float32 anyway (and the
+    compiled programs stay shared with the other tests); on an NVIDIA GPU JAX's default for float32
+    is TF32 (~1e-3 relative error), a speed choice these tests do not examine."""
+    if jax.default_backend() == "cpu":
+        yield
+        return
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 def datasets_root() -> Path:
     return Path(os.environ.get("PFLAX_DATASETS", REPO.parent / "shared" / "datasets"))
 

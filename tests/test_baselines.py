@@ -117,6 +117,7 @@ def test_lg_fedavg_averages_head_never_body(fed):
     assert not rows_identical(state.local["body"])  # bodies differ across clients
 
 
+@pytest.mark.usefixtures("float32_matmuls")
 def test_split_round_is_weighted_mean_of_trained_part(fed):
     """FedPer's new body = n-weighted mean of the participants' jointly trained bodies; heads kept."""
     train, _ = fed

@@ -285,6 +285,7 @@ def test_cfl_splits_only_when_allowed(fed):
     assert not leaves_equal(row(late.shared["models"], 0), row(late.shared["models"], 1))
 
 
+@pytest.mark.usefixtures("float32_matmuls")
 def test_pfedhn_server_step_is_jacobian_transpose_times_delta(fed):
     """psi <- psi - lr sum_i J_psi(e_i)^T dtheta_i and e_i <- e_i - lr J_e^T dtheta_i, with J^T dtheta
     back-propagated by hand (float64 numpy) through the hypernetwork's layers."""

@@ -155,6 +155,7 @@ def _client_keys(state, ids):
     return [jax.random.fold_in(round_key, int(i)) for i in ids]
 
 
+@pytest.mark.usefixtures("float32_matmuls")
 def test_round_averages_exactly_the_non_bn_non_pfsm_leaves(tiny_model, tiny_batch):
     state = fedpick.init(jax.random.PRNGKey(0), tiny_model, tiny_batch.x[0], N_CLIENTS)
     new, _ = fedpick.round(state, tiny_batch)

@@ -64,6 +64,7 @@ def test_compiled_init_equals_eager_init(make, shape):
 
 
 @pytest.mark.parametrize("pad", [0, 1])
+@pytest.mark.usefixtures("float32_matmuls")
 def test_matmul_conv_equals_native_conv(pad):
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(3, 12, 12, 4)), jnp.float32)

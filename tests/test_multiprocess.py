@@ -45,7 +45,8 @@ def _run_in_this_process(tmp_path: Path):
 
 def _run(num_processes: int, tmp_path: Path) -> tuple[list[np.ndarray], np.ndarray, dict]:
     out, ckpt, port = tmp_path / f"out{num_processes}.npz", tmp_path / f"ckpt{num_processes}", _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device per process
+    # One CPU device per process, also on a GPU machine (two processes would share its one GPU).
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes", str(num_processes),

@@ -48,7 +48,7 @@ from jax.flatten_util import ravel_pytree
 from . import base
 from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
-from ..core.aggregate import normalized_weights
+from ..core.aggregate import EXACT, normalized_weights
 
 __all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
            "cosine_similarities", "bipartition"]
@@ -85,7 +85,7 @@ def cosine_similarities(rows):
     """``[m, m]`` cosine similarities of update vectors; a zero vector has similarity 0 to everything."""
     norms = jnp.linalg.norm(rows, axis=-1, keepdims=True)
     unit = jnp.where(norms > 0, rows / jnp.where(norms > 0, norms, 1.0), 0.0)
-    return unit @ unit.T
+    return jnp.matmul(unit, unit.T, precision=EXACT)
 
 
 def bipartition(similarity, members, linkage: str = "complete"):
@@ -135,7 +135,7 @@ def _round(state: State, batch, test=None):
         assign, active, models, stats = carry
         members = (start_cluster == c) & (n > 0) & active0[c]
         p = normalized_weights(jnp.where(members, n, 0.0))
-        mean_norm = jnp.linalg.norm(p @ delta)
+        mean_norm = jnp.linalg.norm(jnp.matmul(p, delta, precision=EXACT))
         max_norm = jnp.max(jnp.where(members, norms, 0.0))
         free = ~active
         new_slot = jnp.argmax(free)

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from ..core import rng
+from ..core.aggregate import EXACT
 from . import base
 from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
@@ -123,7 +124,7 @@ def _client_update(client, _, model, cfg: Config):
     valid = client["download_valid"] & (val_mask.sum() > 0)
     scores = fomo_scores(own_loss, losses, distances, valid)
     weights = fomo_weights(scores)
-    combined = jax.tree.map(lambda t, d: t + jnp.tensordot(weights, d - t[None], axes=(0, 0)), own, client["downloads"])
+    combined = jax.tree.map(lambda t, d: t + jnp.tensordot(weights, d - t[None], axes=(0, 0), precision=EXACT), own, client["downloads"])
     params, loss = base.train(combined, base.ce_loss(model), {**client, "mask": train_mask}, cfg)
     return {"params": params, "scores": scores, "weights": weights, "n": base.num_samples(client), "loss": loss}
 

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from . import base
 from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
+from ..core.aggregate import EXACT
 from ..core.train import batched_apply
 from ..metrics import masked_accuracy
 
@@ -63,7 +64,7 @@ def knn_probabilities(query, keys, labels, valid, num_classes: int, k: int, scal
     """``p_kNN [q, K]`` from the ``k`` nearest valid ``keys`` of every query feature."""
     d = query.shape[-1]
     # ||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b: no [q, n, d] intermediate (600 x 600 x 128 floats).
-    sq = jnp.sum(query**2, -1)[:, None] + jnp.sum(keys**2, -1)[None, :] - 2.0 * query @ keys.T
+    sq = jnp.sum(query**2, -1)[:, None] + jnp.sum(keys**2, -1)[None, :] - 2.0 * jnp.matmul(query, keys.T, precision=EXACT)
     dist = jnp.maximum(sq, 0.0)
     dist = jnp.where(valid[None, :], dist, jnp.inf)
     k = min(k, keys.shape[0])
@@ -72,7 +73,7 @@ def knn_probabilities(query, keys, labels, valid, num_classes: int, k: int, scal
     usable = jnp.isfinite(near)
     weights = jnp.where(usable, jnp.exp(-(near - near[:, :1]) / (d * scale)), 0.0)
     onehot = jax.nn.one_hot(labels[idx], num_classes)
-    votes = jnp.einsum("qk,qkc->qc", weights, onehot)
+    votes = jnp.einsum("qk,qkc->qc", weights, onehot, precision=EXACT)
     return votes / jnp.maximum(votes.sum(-1, keepdims=True), 1e-30)
 
 

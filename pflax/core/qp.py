@@ -40,7 +40,8 @@ EIGEN_FLOOR = 0.01
 def combination_matrices(v: Array, h: Array) -> Array:
     """``P_i`` for every target ``i``: ``[m, m, m]`` from ``v [m]`` and ``h [m, K, d]`` (any float dtype)."""
     flat = h.reshape(h.shape[0], -1)
-    gram = flat @ flat.T  # B[j, k] = <H_j, H_k>
+    # Full precision: the "official" mode builds P in float32, which a GPU would otherwise do in TF32.
+    gram = jnp.matmul(flat, flat.T, precision=jax.lax.Precision.HIGHEST)  # B[j, k] = <H_j, H_k>
     diag = jnp.sum(flat * flat, axis=1)  # ||H_j||^2 (not jnp.diag: its batching rule ignores the local x64 scope)
     # D_i[j, k] = B_ii - B_ik - B_ji + B_jk
     d = diag[:, None, None] - gram[:, None, :] - gram[:, :, None] + gram[None, :, :]

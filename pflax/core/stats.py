@@ -11,6 +11,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from pflax.core.aggregate import EXACT
+
 Array = jax.Array
 
 
@@ -24,8 +26,8 @@ def class_sums(features: Array, labels: Array, mask: Array, num_classes: int) ->
     onehot = jax.nn.one_hot(labels, num_classes, dtype=features.dtype) * mask[:, None].astype(features.dtype)
     features = jnp.where(mask[:, None], features, 0.0)  # padded rows may hold anything, even NaN
     counts = onehot.sum(0)
-    sums = onehot.T @ features
-    sq = onehot.T @ jnp.sum(jnp.square(features), axis=-1)
+    sums = jnp.matmul(onehot.T, features, precision=EXACT)
+    sq = jnp.matmul(onehot.T, jnp.sum(jnp.square(features), axis=-1), precision=EXACT)
     return ClassSums(counts, sums, sq)
 
 
