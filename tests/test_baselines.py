@@ -133,7 +133,11 @@ def test_split_round_is_weighted_mean_of_trained_part(fed):
     for got, exp in zip(jax.tree.leaves(new.shared["body"]), jax.tree.leaves(want)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
     for i in range(NUM_CLIENTS):
-        assert leaves_equal(row(new.local, i)["head"], trained[i]["head"])
+        if jax.default_backend() == "cpu":
+            assert leaves_equal(row(new.local, i)["head"], trained[i]["head"])
+        else:  # a GPU's batched kernels round the last bit differently from one client's (seen on an H100)
+            for got, exp in zip(jax.tree.leaves(row(new.local, i)["head"]), jax.tree.leaves(trained[i]["head"])):
+                np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-6, atol=1e-7)
 
 
 def test_fedrep_head_phase_then_body_phase(fed):

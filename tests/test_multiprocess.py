@@ -3,7 +3,7 @@
 Two processes on this machine stand in for two hosts: each initialises ``jax.distributed`` with CPU
 collectives over gloo and holds only its half of the clients. The result must equal a single-process
 run (``map``) to float round-off, and a checkpoint written by both processes must resume bit-identically. The single-process reference
-runs inside the test process.
+runs on the CPU too: inside the test process, or on a GPU machine in a CPU-only subprocess.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -69,7 +70,10 @@ def _run(num_processes: int, tmp_path: Path) -> tuple[list[np.ndarray], np.ndarr
 
 
 def test_two_processes_equal_one_and_resume_bit_identically(tmp_path):
-    one, weights_one, info_one = _run_in_this_process(tmp_path)
+    # The one-process reference runs on the CPU like the two processes: in this process when that is
+    # the default backend (shares its compilations), else in a CPU-only subprocess of its own.
+    cpu = jax.default_backend() == "cpu"
+    one, weights_one, info_one = _run_in_this_process(tmp_path) if cpu else _run(1, tmp_path)
     two, weights_two, info_two = _run(2, tmp_path)
 
     assert (info_one["devices"], info_one["strategy"]) == (1, "map")
