@@ -219,13 +219,15 @@ def torch_device_name(device: str) -> str:
 
 def git_commit() -> str | None:
     """The commit the measured code came from (with "+dirty" if the working tree differs)."""
+    if os.environ.get("PFLAX_COMMIT"):  # set by hand where .git is missing or stale (a copied tree)
+        return os.environ["PFLAX_COMMIT"]
     root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "pflax", "benchmarks/speed/*.py"], cwd=root,
                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("PFLAX_COMMIT")  # a copy of the tree without .git (e.g. on a lent GPU machine)
+        return None
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
@@ -320,7 +322,8 @@ def cmd_plot(args):
 
     results = Path(args.results)
     rows = [r for r in json.loads((results / "scaling.json").read_text()) if "error" not in r]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    on_gpu = rows[0].get("pflax_device_peak_bytes") is not None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     summary = {}
     for (model, algorithm) in sorted({(r["model"], r["algorithm"]) for r in rows}):
         sel = sorted((r for r in rows if r["model"] == model and r["algorithm"] == algorithm), key=lambda r: r["clients"])
@@ -332,25 +335,34 @@ def cmd_plot(args):
         live = np.array([r["pflax_live_buffer_bytes"] for r in sel]) / 2**20
         line, = axes[0].loglog(n, pf, "o-", label=f"pflax {label}")
         axes[0].loglog(n, th, "x--", color=line.get_color(), label=f"PyTorch {label}")
-        axes[1].semilogx(n, pf / th, "o-", label=label)
-        line, = axes[2].loglog(n, mem, "o-", label=f"process peak RSS, {label}")
-        axes[2].loglog(n, live, "s:", color=line.get_color(), label=f"JAX live buffers, {label}")
+        (axes[1].loglog if on_gpu else axes[1].semilogx)(n, pf / th, "o-", label=label)
+        if on_gpu:  # accelerator memory: both allocators' peaks
+            dev = np.array([r["pflax_device_peak_bytes"] for r in sel]) / 2**20
+            line, = axes[2].loglog(n, dev, "o-", label=f"pflax device peak, {label}")
+            axes[2].loglog(n, np.array([r["torch_device_peak_bytes"] for r in sel]) / 2**20, "x--",
+                           color=line.get_color(), label=f"PyTorch device peak, {label}")
+        else:
+            line, = axes[2].loglog(n, mem, "o-", label=f"process peak RSS, {label}")
+            axes[2].loglog(n, live, "s:", color=line.get_color(), label=f"JAX live buffers, {label}")
         if len(n) > 1:
             summary[label] = {"time_exponent": growth_exponent(n, pf), "torch_time_exponent": growth_exponent(n, th),
                               "process_peak_rss_exponent": growth_exponent(n, mem),
                               "live_buffer_exponent": growth_exponent(n, live),
                               "clients": n.tolist(), "pflax_round_s": pf.tolist(), "torch_round_s": th.tolist(),
                               "process_peak_rss_mib": mem.tolist(), "live_buffer_mib": live.tolist()}
+            if on_gpu:
+                summary[label] |= {"device_peak_exponent": growth_exponent(n, dev), "pflax_device_peak_mib": dev.tolist()}
     axes[0].set(xlabel="clients per round", ylabel="round time (s)", title="round time (torch dashed)")
     axes[1].set(xlabel="clients per round", ylabel="pflax / PyTorch", title="time ratio (lower is better)")
     axes[1].axhline(1.0, color="gray", lw=0.8)
-    axes[2].set(xlabel="clients per round", ylabel="MiB", title="memory: process peak RSS (solid), JAX live (dotted)")
+    axes[2].set(xlabel="clients per round", ylabel="MiB",
+                title="GPU memory: peak in use (torch dashed)" if on_gpu else "memory: process peak RSS (solid), JAX live (dotted)")
     for ax in axes:
         ax.legend(fontsize=7)
     load = max(r.get("load_avg_1min", 0.0) for r in rows)
     where = (f"{rows[0]['jax_backend']} vs PyTorch on {rows[0]['torch_device_name']}" if rows[0].get("torch_device", "cpu") != "cpu"
              else f"{os.cpu_count()}-core CPU")
-    fig.suptitle(f"pflax vs PyTorch loop, {where} (max 1-min load while measured {load:.1f}); random data, "
+    fig.suptitle(f"pflax vs PyTorch loop, {where} (max 1-min load while measured {load:.1f})\nrandom data, "
                  f"{rows[0]['samples_per_client']} samples/client, 1+5 (FedPAC) or 5 (FedAvg) epochs")
     fig.tight_layout()
     fig.savefig(results / "scaling.png", dpi=110)
