@@ -195,7 +195,6 @@ def plot_weights(weights: np.ndarray, client_ids: np.ndarray, num_groups: int, p
 
 def run_fedpac(args: argparse.Namespace) -> dict:
     import jax
-    import jax.numpy as jnp
 
     from . import checkpoint, fedpac
     from .core.execution import Execution

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .core.losses import correct, cross_entropy, masked_mean

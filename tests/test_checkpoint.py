@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 import pytest
 
 import _tiny_fedpac as T
-from pflax import checkpoint, cli, fedpac
+from pflax import checkpoint, cli
 
 
 # --------------------------------------------------------------------------- library API

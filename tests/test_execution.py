@@ -122,8 +122,6 @@ def collectives_inside_loops(hlo_text: str) -> int:
 
 def sharded_fedpac_round_hlo() -> str:
     """The compiled FedPAC round (sharded over all devices), as HLO text."""
-    import jax
-
     from pflax.algorithms import fedpac
     from pflax.core.execution import Execution
     from pflax.models import mlp

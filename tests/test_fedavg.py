@@ -1,6 +1,5 @@
 """FedAvg: it learns, and a round is exactly "local SGD from the global model, then n_i-weighted mean"."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

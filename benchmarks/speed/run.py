@@ -174,7 +174,6 @@ def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int,
         t0 = time.perf_counter()
         pf.step() if warmup_round else pf.compile()
         compile_s = time.perf_counter() - t0
-    pflax_device_peak = jax_device_peak_bytes()
     # Warm PyTorch up on two clients (oneDNN/cuDNN primitive creation, allocator) before timing it.
     TorchRunner(algorithm, dataset, x[:2], y[:2], collaboration, torch_device).step()
     th = TorchRunner(algorithm, dataset, x[:torch_clients], y[:torch_clients], collaboration, torch_device)
@@ -184,7 +183,7 @@ def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int,
         pf_times.append(s), pf_mem.append(m)
         s, m = timed(th.step)
         th_times.append(s), th_mem.append(m)
-    pflax_device_peak = jax_device_peak_bytes() if pflax_device_peak is not None else None
+    pflax_device_peak = jax_device_peak_bytes()  # JAX's allocator only: PyTorch has its own
     pf_s, th_sub = float(np.median(pf_times)), float(np.median(th_times))
     th_s = th_sub * clients / torch_clients
     return {

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from ..core.execution import Execution, map_clients, map_clients_and_average
+from ..core.execution import map_clients, map_clients_and_average
 from ..core.losses import cross_entropy, masked_mean
 from ..core.optim import pytorch_sgd
 from ..core.train import batched_apply, local_train

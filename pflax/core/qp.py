@@ -70,7 +70,6 @@ def _solve_on_support(p: Array, support: Array) -> Array:
 
 def _active_set(p: Array, start: Array, max_iter: int) -> Array:
     """Primal active-set method from a feasible ``start`` (on the simplex)."""
-    m = p.shape[0]
     scale = jnp.maximum(jnp.max(jnp.abs(p)), jnp.finfo(p.dtype).tiny)
     tol = 1e-13 * scale
 
