@@ -176,7 +176,7 @@ def _official_preprocess(p32: Array, self_index: Array) -> tuple[Array, Array]:
     eigvals, eigvecs = jnp.linalg.eigh(p32)
     psd = jnp.min(eigvals) >= 0
     keep = eigvals >= EIGEN_FLOOR
-    rebuilt = (eigvecs * jnp.where(keep, eigvals, 0.0)) @ eigvecs.T
+    rebuilt = jnp.matmul(eigvecs * jnp.where(keep, eigvals, 0.0), eigvecs.T, precision=jax.lax.Precision.HIGHEST)
     rebuilt_ok = jnp.any(keep) & (jnp.min(jnp.linalg.eigvalsh(rebuilt)) >= 0)
     p = jnp.where(psd, p32, rebuilt)
     return p, psd | rebuilt_ok
