@@ -39,7 +39,6 @@ from . import base
 from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
 from ..core import aggregate
-from ..core.aggregate import EXACT
 from ..core.execution import map_reduce_clients
 from ..core.losses import cross_entropy, masked_mean
 from ..core.train import batched_apply
@@ -85,7 +84,7 @@ def responsibilities(model, components, pi, x, y, mask):
 def mixture_probabilities(model, components, pi, x):
     """``[n, K]``: ``sum_m pi_m softmax(h_m(x))``."""
     probs = jax.nn.softmax(component_logits(model, components, x), axis=-1)
-    return jnp.einsum("m,mnk->nk", pi, probs, precision=EXACT)
+    return jnp.einsum("m,mnk->nk", pi, probs, precision=aggregate.EXACT)
 
 
 def _client_update(client, components, model, cfg: Config):

@@ -125,7 +125,7 @@ def _sum_valid(tree: PyTree, valid: Array) -> PyTree:
     """
 
     def one(a):
-        return jnp.tensordot(valid.astype(a.dtype), a, axes=(0, 0), precision=jax.lax.Precision.HIGHEST)
+        return jnp.tensordot(valid.astype(a.dtype), a, axes=(0, 0), precision=aggregate.EXACT)
 
     return jax.tree.map(one, _zero_invalid(tree, valid))
 

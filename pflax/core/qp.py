@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import jaxopt
 
+from .aggregate import EXACT
+
 Array = jax.Array
 
 WEIGHT_THRESHOLD = 1e-3
@@ -41,7 +43,7 @@ def combination_matrices(v: Array, h: Array) -> Array:
     """``P_i`` for every target ``i``: ``[m, m, m]`` from ``v [m]`` and ``h [m, K, d]`` (any float dtype)."""
     flat = h.reshape(h.shape[0], -1)
     # Full precision: the "official" mode builds P in float32, which a GPU would otherwise do in TF32.
-    gram = jnp.matmul(flat, flat.T, precision=jax.lax.Precision.HIGHEST)  # B[j, k] = <H_j, H_k>
+    gram = jnp.matmul(flat, flat.T, precision=EXACT)  # B[j, k] = <H_j, H_k>
     diag = jnp.sum(flat * flat, axis=1)  # ||H_j||^2 (not jnp.diag: its batching rule ignores the local x64 scope)
     # D_i[j, k] = B_ii - B_ik - B_ji + B_jk
     d = diag[:, None, None] - gram[:, None, :] - gram[:, :, None] + gram[None, :, :]
@@ -176,7 +178,7 @@ def _official_preprocess(p32: Array, self_index: Array) -> tuple[Array, Array]:
     eigvals, eigvecs = jnp.linalg.eigh(p32)
     psd = jnp.min(eigvals) >= 0
     keep = eigvals >= EIGEN_FLOOR
-    rebuilt = jnp.matmul(eigvecs * jnp.where(keep, eigvals, 0.0), eigvecs.T, precision=jax.lax.Precision.HIGHEST)
+    rebuilt = jnp.matmul(eigvecs * jnp.where(keep, eigvals, 0.0), eigvecs.T, precision=EXACT)
     rebuilt_ok = jnp.any(keep) & (jnp.min(jnp.linalg.eigvalsh(rebuilt)) >= 0)
     p = jnp.where(psd, p32, rebuilt)
     return p, psd | rebuilt_ok

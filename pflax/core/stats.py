@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from pflax.core.aggregate import EXACT
+from .aggregate import EXACT
 
 Array = jax.Array
 
