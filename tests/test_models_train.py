@@ -14,7 +14,7 @@ from pflax.core import rng as flat_rng
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.core.optim import pytorch_sgd
 from pflax.core.train import epoch_order, local_train
-from pflax.models import conv_as_matmul, conv_native, fedpac_cnn, mlp
+from pflax.models import conv_as_matmul, conv_native, fedpac_cnn, max_pool2, mlp
 from pflax.models.bn import digits_cnn
 
 
@@ -63,16 +63,92 @@ def test_compiled_init_equals_eager_init(make, shape):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("pad", [0, 1])
+@pytest.mark.parametrize("pad", [0, 1, 2])
+@pytest.mark.parametrize("size", [(12, 12), (9, 11)])
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.usefixtures("float32_matmuls")
-def test_matmul_conv_equals_native_conv(pad):
+def test_matmul_conv_equals_native_conv(pad, size, stride):
+    """Forward, input gradient and kernel gradient, against XLA's convolution. Stride 1 runs the
+    hand-written backward (odd sizes and paddings check its shifted sums at the borders); stride 2
+    the autodiff path."""
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.normal(size=(3, 12, 12, 4)), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(3, *size, 4)), jnp.float32)
     k = jnp.asarray(rng.normal(size=(5, 5, 4, 6)), jnp.float32)
-    np.testing.assert_allclose(conv_as_matmul(x, k, pad), conv_native(x, k, pad), rtol=1e-4, atol=1e-4)
-    g1 = jax.grad(lambda kk: conv_as_matmul(x, kk, pad).sum())(k)
-    g2 = jax.grad(lambda kk: conv_native(x, kk, pad).sum())(k)
-    np.testing.assert_allclose(g1, g2, rtol=1e-4, atol=1e-3)
+    out, vjp = jax.vjp(lambda xx, kk: conv_as_matmul(xx, kk, pad, stride), x, k)
+    ref, vjp_ref = jax.vjp(lambda xx, kk: conv_native(xx, kk, pad, stride), x, k)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    g = jnp.asarray(rng.normal(size=ref.shape), jnp.float32)
+    for got, want in zip(vjp(g), vjp_ref(g)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_matmul_conv_input_gradient_counts_windows():
+    """With unit kernel and output gradient, each pixel's gradient is the number of windows that
+    read it: borders of the stride-1 shifted sums, and a row/column no stride-2 window reaches."""
+    k = jnp.ones((5, 5, 1, 1))
+    gx = jax.grad(lambda xx: conv_as_matmul(xx, k, 0).sum())(jnp.ones((1, 7, 7, 1)))
+    counts = np.array([1, 2, 3, 3, 3, 2, 1], np.float32)  # 3 windows per axis, starting at 0, 1, 2
+    np.testing.assert_array_equal(gx[0, :, :, 0], np.outer(counts, counts))
+    gx = jax.grad(lambda xx: conv_as_matmul(xx, k, 1).sum())(jnp.ones((1, 5, 5, 1)))
+    counts = np.array([2, 3, 3, 3, 2], np.float32)  # padded to 7: windows at 0, 1, 2 of the padded axis
+    np.testing.assert_array_equal(gx[0, :, :, 0], np.outer(counts, counts))
+    gx = jax.grad(lambda xx: conv_as_matmul(xx, k, 0, 2).sum())(jnp.ones((1, 8, 8, 1)))
+    counts = np.array([1, 1, 2, 2, 2, 1, 1, 0], np.float32)  # windows at 0 and 2; index 7 unreached
+    np.testing.assert_array_equal(gx[0, :, :, 0], np.outer(counts, counts))
+
+
+def test_max_pool_gradient_goes_to_the_first_maximum_like_pytorch():
+    x = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [2.0, 3.0, 4.0]])[None, :, :, None]
+    gx = jax.grad(lambda v: max_pool2(v).sum())(x)[0, :, :, 0]
+    # One 2x2 window (the odd row and column are dropped): four tied maxima, the first takes it all.
+    np.testing.assert_array_equal(gx, [[1, 0, 0], [0, 0, 0], [0, 0, 0]])
+    nan_window = jnp.array([[0.0, jnp.nan], [jnp.nan, 5.0]])[None, :, :, None]
+    np.testing.assert_array_equal(jax.grad(lambda v: max_pool2(v).sum())(nan_window)[0, :, :, 0], [[0, 1], [0, 0]])
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(2, 9), st.integers(2, 9), st.integers(0, 2**31 - 1))
+def test_max_pool_matches_reduce_window_without_ties(h, w, seed):
+    """Random (tie-free) inputs: values and gradients equal XLA's reduce-window max-pool."""
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.normal(size=(2, h, w, 3)), jnp.float32)
+    g = jnp.asarray(rng.normal(size=(2, h // 2, w // 2, 3)), jnp.float32)
+
+    def reference(v):
+        return jax.lax.reduce_window(v, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    out, vjp = jax.vjp(max_pool2, x)
+    ref, vjp_ref = jax.vjp(reference, x)
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(vjp(g)[0], vjp_ref(g)[0])
+
+
+def test_max_pool_gradient_matches_torch_if_available():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = np.round(rng.normal(size=(2, 3, 7, 6)), 0).astype(np.float32)  # rounded: many ties
+    tx = torch.tensor(x, requires_grad=True)
+    g = rng.normal(size=(2, 3, 3, 3)).astype(np.float32)
+    torch.nn.functional.max_pool2d(tx, 2).backward(torch.tensor(g))
+    nhwc = jnp.asarray(x.transpose(0, 2, 3, 1))
+    gx = jax.vjp(max_pool2, nhwc)[1](jnp.asarray(g.transpose(0, 2, 3, 1)))[0]
+    np.testing.assert_array_equal(np.asarray(gx).transpose(0, 3, 1, 2), tx.grad.numpy())
+
+
+@pytest.mark.usefixtures("float32_matmuls")
+def test_cnn_hessian_vector_product_forward_over_reverse_equals_reverse_over_reverse():
+    """The CNN's custom backward passes still allow ``jvp`` of a ``grad`` (Per-FedAvg HF's
+    Hessian-vector product), and it agrees with differentiating the gradient in reverse mode."""
+    model = fedpac_cnn("fmnist")
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 28, 28, 1))
+    y = jnp.arange(4) % 10
+    params = model.init(jax.random.PRNGKey(1), x[:1])
+    loss = lambda p: masked_mean(cross_entropy(model.apply(p, x), y), jnp.ones(4))
+    v = jax.tree.map(lambda a: jnp.full_like(a, 0.01), params)
+    forward = jax.jvp(jax.grad(loss), (params,), (v,))[1]
+    reverse = jax.grad(lambda p: sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(jax.grad(loss)(p)), jax.tree.leaves(v))))(params)
+    for a, b in zip(jax.tree.leaves(forward), jax.tree.leaves(reverse)):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
 
 
 def test_epoch_order_visits_every_real_sample_once_per_epoch():

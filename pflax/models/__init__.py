@@ -47,16 +47,54 @@ def leaky_relu(x: Array) -> Array:
     return jnp.where(x > 0, x, 0.01 * x)
 
 
+def _pool_windows(x: Array) -> Array:
+    """``x`` [n, h, w, c] cut into 2x2 windows [n, h//2, 2, w//2, 2, c] (odd last row/column dropped)."""
+    n, h, w, c = x.shape
+    h2, w2 = h // 2, w // 2
+    return x[:, : 2 * h2, : 2 * w2, :].reshape(n, h2, 2, w2, 2, c)
+
+
+@jax.custom_vjp
 def max_pool2(x: Array) -> Array:
     """2x2 max-pool, stride 2, NHWC, floor semantics (odd rows/cols dropped) as in PyTorch.
 
-    Written as reshape + max because flax's ``max_pool`` differentiates through
-    select-and-scatter, which is slow on XLA:CPU.
+    The gradient goes to the *first* maximum of each window in row-major order, as PyTorch's
+    ``max_pool2d`` does (JAX's own ``max`` splits it evenly between tied entries; ties are common on
+    MNIST-like data, where blank regions give equal activations). Written as reshape + max with a
+    hand-made backward because flax's ``max_pool`` differentiates through select-and-scatter, slow
+    on XLA:CPU, and the generic gradient of ``max`` costs a compare, a count and a divide per entry.
+    Reverse-mode only (``grad``, and ``jvp`` of a ``grad``); ``jax.jvp`` of the pool itself raises.
     """
+    return _pool_windows(x).max(axis=(2, 4))
+
+
+def _max_pool2_fwd(x: Array):
+    # The plain max, not max_pool2 itself: a custom_vjp call here would be invisible to an outer
+    # jvp (as in jvp of grad, a Hessian-vector product), which cannot differentiate it.
+    out = _pool_windows(x).max(axis=(2, 4))
+    return out, (x, out)
+
+
+def _max_pool2_bwd(residuals, g: Array):
+    x, out = residuals
     n, h, w, c = x.shape
-    h2, w2 = h // 2, w // 2
-    x = x[:, : 2 * h2, : 2 * w2, :].reshape(n, h2, 2, w2, 2, c)
-    return x.max(axis=(2, 4))
+    windows = _pool_windows(x)
+    taken = jnp.zeros(out.shape, bool)
+    rows = []
+    for a in range(2):
+        cols = []
+        for b in range(2):
+            v = windows[:, :, a, :, b, :]
+            # NaN is a maximum too (PyTorch's kernel keeps the first NaN it meets).
+            hit = ((v == out) | (jnp.isnan(v) & jnp.isnan(out))) & ~taken
+            taken = taken | hit
+            cols.append(jnp.where(hit, g, jnp.zeros((), g.dtype)))
+        rows.append(jnp.stack(cols, axis=3))
+    gx = jnp.stack(rows, axis=2).reshape(n, 2 * out.shape[1], 2 * out.shape[2], c)
+    return (jnp.pad(gx, ((0, 0), (0, h - gx.shape[1]), (0, w - gx.shape[2]), (0, 0))),)
+
+
+max_pool2.defvjp(_max_pool2_fwd, _max_pool2_bwd)
 
 
 def _torch_uniform(fan_in: int) -> Callable:
@@ -81,12 +119,87 @@ class TorchDense(nn.Module):
         return x @ kernel + bias
 
 
+def _patches(x: Array, k: int) -> Array:
+    """Stride-1 im2col: [n, h, w, c] -> [n, oh, ow, k*k*c], columns ordered (kh, kw, c) like HWIO.
+
+    Built in two stages (the k shifts along w, then the k shifts along h): XLA:CPU copies each
+    stacked slice separately, so 2k slices cost less than the k*k of a one-stage stack.
+    """
+    n, h, w, c = x.shape
+    oh, ow = h - k + 1, w - k + 1
+    along_w = jnp.stack([x[:, :, j : j + ow, :] for j in range(k)], axis=3)  # [n, h, ow, kw, c]
+    patches = jnp.stack([along_w[:, i : i + oh] for i in range(k)], axis=3)  # [n, oh, ow, kh, kw, c]
+    return patches.reshape(n, oh, ow, k * k * c)
+
+
+def _shift_sum(parts: list[Array], axis: int, length: int, offset: int) -> Array:
+    """``out[t] = sum_j parts[j][t + offset - j]`` along ``axis`` for ``t < length`` (zero out of range)."""
+    total = None
+    for j, part in enumerate(parts):
+        first = offset - j  # index in ``part`` of out[0]
+        start, stop = max(first, 0), min(first + length, part.shape[axis])
+        if stop <= start:
+            continue
+        piece = jax.lax.slice_in_dim(part, start, stop, axis=axis)
+        widths = [(0, 0, 0)] * part.ndim
+        widths[axis] = (start - first, length - (stop - first), 0)
+        piece = jax.lax.pad(piece, jnp.zeros((), part.dtype), widths)
+        total = piece if total is None else total + piece
+    if total is None:
+        shape = list(parts[0].shape)
+        shape[axis] = length
+        total = jnp.zeros(shape, parts[0].dtype)
+    return total
+
+
+def _patches_transpose(d: Array, k: int, cin: int, padding: int, h: int, w: int) -> Array:
+    """Adjoint of ``_patches`` after zero padding, cropped to the unpadded input: [n, oh, ow, k*k*cin]
+    -> [n, h, w, cin]. Two stages of k shifted sums, mirroring how the patches were built."""
+    n, oh, ow, _ = d.shape
+    d = d.reshape(n, oh, ow, k, k, cin)
+    along_w = _shift_sum([d[:, :, :, :, j, :] for j in range(k)], 2, w, padding)  # [n, oh, w, kh, cin]
+    return _shift_sum([along_w[:, :, :, i, :] for i in range(k)], 1, h, padding)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _conv_stride1(x: Array, kernel: Array, padding: int) -> Array:
+    return _conv_stride1_fwd(x, kernel, padding)[0]
+
+
+def _conv_stride1_fwd(x: Array, kernel: Array, padding: int):
+    k, _, cin, cout = kernel.shape
+    xp = jnp.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0))) if padding else x
+    patches = _patches(xp, k)
+    return patches @ kernel.reshape(k * k * cin, cout), (patches, kernel)
+
+
+def _conv_stride1_bwd(padding: int, residuals, g: Array):
+    patches, kernel = residuals
+    k, _, cin, cout = kernel.shape
+    h, w = (patches.shape[1] + k - 1 - 2 * padding, patches.shape[2] + k - 1 - 2 * padding)  # x's size
+    flat_g = g.reshape(-1, cout)
+    # (g^T patches)^T rather than patches^T g: XLA:CPU hands this operand order to its fast GEMM.
+    d_kernel = jax.lax.dot_general(flat_g, patches.reshape(-1, k * k * cin), (((0,), (0,)), ((), ()))).T
+    d_patches = g @ kernel.reshape(k * k * cin, cout).T
+    d_x = _patches_transpose(d_patches, k, cin, padding, h, w)  # dropped by XLA when x needs no gradient
+    return d_x, d_kernel.reshape(kernel.shape)
+
+
+_conv_stride1.defvjp(_conv_stride1_fwd, _conv_stride1_bwd)
+
+
 def conv_as_matmul(x: Array, kernel: Array, padding: int, stride: int = 1) -> Array:
     """'valid' convolution (after symmetric zero padding) written as im2col + one matmul.
 
-    ``x``: NHWC, ``kernel``: HWIO. The patches are gathered with static slices, whose transposes
-    are pads, so the backward pass is also plain matmuls and adds.
+    ``x``: NHWC, ``kernel``: HWIO. Stride 1 with a square kernel (every pflax CNN) has a hand-written backward: the kernel
+    gradient is one GEMM against the saved patches and the input gradient folds the patch gradients
+    back in two shifted-sum stages, which XLA:CPU runs faster than the transpose of the patch
+    gather that autodiff would produce. Same numbers as ``lax.conv_general_dilated`` to float
+    round-off, forward and backward (tested). Reverse-mode only, like :func:`max_pool2`.
+    Otherwise: patches from strided slices, differentiated by JAX.
     """
+    if stride == 1 and kernel.shape[0] == kernel.shape[1]:
+        return _conv_stride1(x, kernel, padding)
     kh, kw, cin, cout = kernel.shape
     if padding:
         x = jnp.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
