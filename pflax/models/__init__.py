@@ -152,15 +152,6 @@ def _shift_sum(parts: list[Array], axis: int, length: int, offset: int) -> Array
     return total
 
 
-def _patches_transpose(d: Array, k: int, cin: int, padding: int, h: int, w: int) -> Array:
-    """Adjoint of ``_patches`` after zero padding, cropped to the unpadded input: [n, oh, ow, k*k*cin]
-    -> [n, h, w, cin]. Two stages of k shifted sums, mirroring how the patches were built."""
-    n, oh, ow, _ = d.shape
-    d = d.reshape(n, oh, ow, k, k, cin)
-    along_w = _shift_sum([d[:, :, :, :, j, :] for j in range(k)], 2, w, padding)  # [n, oh, w, kh, cin]
-    return _shift_sum([along_w[:, :, :, i, :] for i in range(k)], 1, h, padding)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _conv_stride1(x: Array, kernel: Array, padding: int) -> Array:
     return _conv_stride1_fwd(x, kernel, padding)[0]
@@ -176,12 +167,17 @@ def _conv_stride1_fwd(x: Array, kernel: Array, padding: int):
 def _conv_stride1_bwd(padding: int, residuals, g: Array):
     patches, kernel = residuals
     k, _, cin, cout = kernel.shape
-    h, w = (patches.shape[1] + k - 1 - 2 * padding, patches.shape[2] + k - 1 - 2 * padding)  # x's size
+    n, oh, ow, _ = g.shape
+    h, w = oh + k - 1 - 2 * padding, ow + k - 1 - 2 * padding  # x's size
     flat_g = g.reshape(-1, cout)
     # (g^T patches)^T rather than patches^T g: XLA:CPU hands this operand order to its fast GEMM.
     d_kernel = jax.lax.dot_general(flat_g, patches.reshape(-1, k * k * cin), (((0,), (0,)), ((), ()))).T
-    d_patches = g @ kernel.reshape(k * k * cin, cout).T
-    d_x = _patches_transpose(d_patches, k, cin, padding, h, w)  # dropped by XLA when x needs no gradient
+    # Input gradient (XLA drops it when x needs none): the patch gradient g @ kernel^T, one kernel
+    # column kw at a time, each [n, oh, ow, kh, cin] a k-th of the whole (which would not stay in
+    # cache), folded back along w, then along h, by shifted sums: the adjoint of how _patches builds.
+    per_kw = [(g @ kernel[:, j].reshape(k * cin, cout).T).reshape(n, oh, ow, k, cin) for j in range(k)]
+    along_w = _shift_sum(per_kw, 2, w, padding)  # [n, oh, w, kh, cin]
+    d_x = _shift_sum([along_w[:, :, :, i, :] for i in range(k)], 1, h, padding)
     return d_x, d_kernel.reshape(kernel.shape)
 
 
