@@ -216,3 +216,41 @@ def test_partial_last_batch_uses_mean_over_real_samples():
         ref = jax.tree.map(lambda a, d: a + d, ref, u)
     for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(ref)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.usefixtures("float32_matmuls")
+def test_fmnist_cnn_gradients_match_pytorch_on_images_with_blank_regions():
+    """pflax's FMNIST CNN and the benchmark's PyTorch model, same parameters, same images: equal loss,
+    equal gradients for every parameter and for the input. Half of each image is blank, so max-pool
+    windows tie there; the parameter gradients do not depend on which tied entry gets the gradient
+    (their patches are equal too), but the input gradient does: it matches PyTorch only because
+    max_pool2 sends it to the first maximum (with JAX's even split it does not; checked by hand)."""
+    torch = pytest.importorskip("torch")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "speed"))
+    import torch_reference as tr
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(6, 28, 28, 1)).astype(np.float32)
+    x[:, :, 14:] = 0.0  # blank right half: equal activations, tied pooling windows
+    y = np.arange(6) % 10
+    model = fedpac_cnn("fmnist")
+    params = model.init(jax.random.PRNGKey(3), jnp.asarray(x[:1]))
+    loss_fn = lambda p, xx: masked_mean(cross_entropy(model.apply(p, xx), jnp.asarray(y)), jnp.ones(6))
+    loss, (grads, grad_x) = jax.value_and_grad(loss_fn, argnums=(0, 1))(params, jnp.asarray(x))
+
+    net = tr.make_model("fmnist")
+    tr.load_pflax_params(net, jax.tree.map(np.asarray, params))
+    tx = torch.from_numpy(x.transpose(0, 3, 1, 2).copy()).requires_grad_(True)
+    t_loss = torch.nn.functional.cross_entropy(net(tx)[1], torch.from_numpy(y))
+    t_loss.backward()
+    np.testing.assert_allclose(np.asarray(grad_x).transpose(0, 3, 1, 2), tx.grad.numpy(), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(float(loss), float(t_loss), rtol=1e-5)
+    body = grads["body"]
+    for i, conv in enumerate(net.convs):
+        np.testing.assert_allclose(np.asarray(body[f"TorchConv_{i}"]["kernel"]).transpose(3, 2, 0, 1), conv.weight.grad.numpy(),
+                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(body[f"TorchConv_{i}"]["bias"], conv.bias.grad.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(grads["head"]["TorchDense_0"]["kernel"].T, net.fc2.weight.grad.numpy(), rtol=1e-4, atol=1e-6)
