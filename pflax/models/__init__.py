@@ -187,12 +187,13 @@ _conv_stride1.defvjp(_conv_stride1_fwd, _conv_stride1_bwd)
 def conv_as_matmul(x: Array, kernel: Array, padding: int, stride: int = 1) -> Array:
     """'valid' convolution (after symmetric zero padding) written as im2col + one matmul.
 
-    ``x``: NHWC, ``kernel``: HWIO. Stride 1 with a square kernel (every pflax CNN) has a hand-written backward: the kernel
-    gradient is one GEMM against the saved patches and the input gradient folds the patch gradients
-    back in two shifted-sum stages, which XLA:CPU runs faster than the transpose of the patch
-    gather that autodiff would produce. Same numbers as ``lax.conv_general_dilated`` to float
-    round-off, forward and backward (tested). Reverse-mode only, like :func:`max_pool2`.
-    Otherwise: patches from strided slices, differentiated by JAX.
+    ``x``: NHWC, ``kernel``: HWIO. Stride 1 with a square kernel (every pflax CNN) has a hand-written
+    backward: the kernel gradient is one GEMM against the saved patches and the input gradient folds
+    the patch gradients back in two shifted-sum stages, which XLA:CPU runs faster than the transpose
+    of the patch gather that autodiff would produce. Same numbers as ``lax.conv_general_dilated`` to
+    float round-off, forward and backward (tested). Reverse-mode only, like :func:`max_pool2`
+    (``jvp`` of a ``grad`` works; ``jvp`` of the convolution itself raises). Other strides and
+    kernels: patches from strided slices, differentiated by JAX.
     """
     if stride == 1 and kernel.shape[0] == kernel.shape[1]:
         return _conv_stride1(x, kernel, padding)
