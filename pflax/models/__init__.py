@@ -65,13 +65,17 @@ def max_pool2(x: Array) -> Array:
     on XLA:CPU, and the generic gradient of ``max`` costs a compare, a count and a divide per entry.
     Reverse-mode only (``grad``, and ``jvp`` of a ``grad``); ``jax.jvp`` of the pool itself raises.
     """
+    return _window_max(x)
+
+
+def _window_max(x: Array) -> Array:
     return _pool_windows(x).max(axis=(2, 4))
 
 
 def _max_pool2_fwd(x: Array):
     # The plain max, not max_pool2 itself: a custom_vjp call here would be invisible to an outer
     # jvp (as in jvp of grad, a Hessian-vector product), which cannot differentiate it.
-    out = _pool_windows(x).max(axis=(2, 4))
+    out = _window_max(x)
     return out, (x, out)
 
 
@@ -119,17 +123,22 @@ class TorchDense(nn.Module):
         return x @ kernel + bias
 
 
-def _patches(x: Array, k: int) -> Array:
-    """Stride-1 im2col: [n, h, w, c] -> [n, oh, ow, k*k*c], columns ordered (kh, kw, c) like HWIO.
+def _pad_hw(x: Array, padding: int) -> Array:
+    return jnp.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0))) if padding else x
 
-    Built in two stages (the k shifts along w, then the k shifts along h): XLA:CPU copies each
-    stacked slice separately, so 2k slices cost less than the k*k of a one-stage stack.
+
+def _patches(x: Array, kh: int, kw: int, stride: int = 1) -> Array:
+    """im2col: [n, h, w, c] -> [n, oh, ow, kh*kw*c], columns ordered (kh, kw, c) like HWIO.
+
+    Built in two stages (the kw shifts along w, then the kh shifts along h): XLA:CPU copies each
+    stacked slice separately, so kh + kw slices cost less than the kh*kw of a one-stage stack.
     """
     n, h, w, c = x.shape
-    oh, ow = h - k + 1, w - k + 1
-    along_w = jnp.stack([x[:, :, j : j + ow, :] for j in range(k)], axis=3)  # [n, h, ow, kw, c]
-    patches = jnp.stack([along_w[:, i : i + oh] for i in range(k)], axis=3)  # [n, oh, ow, kh, kw, c]
-    return patches.reshape(n, oh, ow, k * k * c)
+    oh, ow = (h - kh) // stride + 1, (w - kw) // stride + 1
+    span_h, span_w = (oh - 1) * stride + 1, (ow - 1) * stride + 1
+    along_w = jnp.stack([x[:, :, j : j + span_w : stride, :] for j in range(kw)], axis=3)  # [n, h, ow, kw, c]
+    patches = jnp.stack([along_w[:, i : i + span_h : stride] for i in range(kh)], axis=3)  # [n, oh, ow, kh, kw, c]
+    return patches.reshape(n, oh, ow, kh * kw * c)
 
 
 def _shift_sum(parts: list[Array], axis: int, length: int, offset: int) -> Array:
@@ -159,8 +168,7 @@ def _conv_stride1(x: Array, kernel: Array, padding: int) -> Array:
 
 def _conv_stride1_fwd(x: Array, kernel: Array, padding: int):
     k, _, cin, cout = kernel.shape
-    xp = jnp.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0))) if padding else x
-    patches = _patches(xp, k)
+    patches = _patches(_pad_hw(x, padding), k, k)
     return patches @ kernel.reshape(k * k * cin, cout), (patches, kernel)
 
 
@@ -193,21 +201,12 @@ def conv_as_matmul(x: Array, kernel: Array, padding: int, stride: int = 1) -> Ar
     of the patch gather that autodiff would produce. Same numbers as ``lax.conv_general_dilated`` to
     float round-off, forward and backward (tested). Reverse-mode only, like :func:`max_pool2`
     (``jvp`` of a ``grad`` works; ``jvp`` of the convolution itself raises). Other strides and
-    kernels: patches from strided slices, differentiated by JAX.
+    kernels: the same patches, from strided slices, differentiated by JAX.
     """
     if stride == 1 and kernel.shape[0] == kernel.shape[1]:
         return _conv_stride1(x, kernel, padding)
     kh, kw, cin, cout = kernel.shape
-    if padding:
-        x = jnp.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
-    n, h, w, _ = x.shape
-    oh, ow = (h - kh) // stride + 1, (w - kw) // stride + 1
-    span_h, span_w = (oh - 1) * stride + 1, (ow - 1) * stride + 1
-    patches = jnp.stack(
-        [x[:, i : i + span_h : stride, j : j + span_w : stride, :] for i in range(kh) for j in range(kw)], axis=3
-    )
-    patches = patches.reshape(n, oh, ow, kh * kw * cin)
-    return patches @ kernel.reshape(kh * kw * cin, cout)
+    return _patches(_pad_hw(x, padding), kh, kw, stride) @ kernel.reshape(kh * kw * cin, cout)
 
 
 def conv_native(x: Array, kernel: Array, padding: int, stride: int = 1) -> Array:
