@@ -4,6 +4,11 @@ Every figure is measured in one process with pflax and PyTorch rounds interleave
 so a time is always quoted as the ratio pflax / PyTorch (the machine may be shared; absolute times
 then drift, ratios much less). Data are random (speed does not depend on their values).
 
+Two PyTorch comparators: ``torch_reference.py``, a tuned loop (the official model compute with the
+Python overhead removed), everywhere; and, for the CPU acceptance figure, ``torch_official.py``, the
+official code's loop with its per-sample data pipeline and Python loops kept (its evaluation passes
+left out, as pflax's round evaluates nothing). Both ratios are reported.
+
     python benchmarks/speed/run.py acceptance            # FedPAC, FMNIST CNN, 20 clients x 600, 1+5 epochs
     python benchmarks/speed/run.py scaling               # FedAvg/FedPAC x {FMNIST, CIFAR} CNN x {10, 100, 1000} clients
     python benchmarks/speed/run.py plot                  # PNG from benchmarks/results/speed/scaling.json
@@ -132,6 +137,22 @@ class TorchRunner:
             self.torch.cuda.synchronize()  # kernels are queued asynchronously: wait before reading the clock
 
 
+class OfficialTorchRunner:
+    """The official FedPAC code's round, host-side work included (``torch_official.py``); CPU, FMNIST only."""
+
+    def __init__(self, x, y):
+        import torch
+
+        import torch_official as to
+        import torch_reference as tr
+
+        torch.manual_seed(0)
+        self.fed = to.OfficialFedPAC(tr.make_model("fmnist"), to.quantize_images(x), np.asarray(y))
+
+    def step(self):
+        self.fed.round_()
+
+
 def jax_device_peak_bytes() -> int | None:
     """Peak bytes in use on JAX's default device since the process started (None on the CPU backend)."""
     import jax
@@ -158,8 +179,13 @@ def timed(fn) -> tuple[float, int]:
 
 def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int, torch_max: int,
             strategy: str = "auto", chunk_size: int = 4, collaboration: bool | None = None,
-            warmup_round: bool = True, torch_device: str = "cpu") -> dict:
+            warmup_round: bool = True, torch_device: str = "cpu", official: bool = False) -> dict:
     """Interleaved pflax / PyTorch rounds on the same random data; medians over ``reps``.
+
+    Every side runs one untimed round first, so the timed rounds are rounds >= 1 everywhere (FedPAC's
+    alignment term is off in round 0). ``official=True`` (FedPAC, FMNIST, CPU) also times the official
+    code's loop with its host-side work (``torch_official.py``) beside the tuned PyTorch loop, on the
+    same images quantised to uint8.
 
     ``warmup_round=False`` (used for very large client counts, where one round takes minutes) compiles
     the round ahead of time instead of running it once untimed; ``pflax_first_round_s`` is then the
@@ -177,16 +203,32 @@ def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int,
     # Warm PyTorch up on two clients (oneDNN/cuDNN primitive creation, allocator) before timing it.
     TorchRunner(algorithm, dataset, x[:2], y[:2], collaboration, torch_device).step()
     th = TorchRunner(algorithm, dataset, x[:torch_clients], y[:torch_clients], collaboration, torch_device)
-    pf_times, th_times, pf_mem, th_mem = [], [], [], []
+    th.step()
+    if official:
+        if (algorithm, dataset, torch_device, torch_clients) != ("fedpac", "fmnist", "cpu", clients):
+            raise ValueError("the official loop is ported for FedPAC on FMNIST, on the CPU, all clients timed")
+        off = OfficialTorchRunner(x, y)
+        off.step()
+    pf_times, th_times, pf_mem, th_mem, off_times, off_mem = [], [], [], [], [], []
     for _ in range(reps):
         s, m = timed(pf.step)
         pf_times.append(s), pf_mem.append(m)
         s, m = timed(th.step)
         th_times.append(s), th_mem.append(m)
+        if official:
+            s, m = timed(off.step)
+            off_times.append(s), off_mem.append(m)
     pflax_device_peak = jax_device_peak_bytes()  # JAX's allocator only: PyTorch has its own
     pf_s, th_sub = float(np.median(pf_times)), float(np.median(th_times))
     th_s = th_sub * clients / torch_clients
+    official_fields = {}
+    if official:
+        off_s = float(np.median(off_times))
+        official_fields = {"torch_official_round_s": off_s, "torch_official_round_s_all": off_times,
+                           "ratio_pflax_over_torch_official": pf_s / off_s,
+                           "torch_official_peak_rss_delta_bytes": int(max(off_mem))}
     return {
+        **official_fields,
         "algorithm": algorithm, "model": f"fedpac_{dataset}_cnn", "clients": clients, "samples_per_client": samples,
         "strategy": strategy, "chunk_size": chunk_size, "classifier_collaboration": collaboration,
         "reps": reps, "warmup_round": warmup_round, "pflax_round_s": pf_s, "pflax_round_s_all": pf_times, "pflax_first_round_s": compile_s,
@@ -299,10 +341,12 @@ def cmd_acceptance(args):
     rows = []
     for strategy in args.strategies.split(","):
         name, _, chunk = strategy.partition(":")
+        official = args.torch_device == "cpu"
         r = measure("fedpac", "fmnist", 20, 600, args.reps, 20, name, int(chunk or 4), collaboration=True,
-                    torch_device=args.torch_device)
-        print(json.dumps({k: r[k] for k in ("strategy", "chunk_size", "pflax_round_s", "torch_round_s",
-                                            "ratio_pflax_over_torch")}), flush=True)
+                    torch_device=args.torch_device, official=official)
+        keys = ("strategy", "chunk_size", "pflax_round_s", "torch_round_s", "ratio_pflax_over_torch")
+        keys += ("torch_official_round_s", "ratio_pflax_over_torch_official") if official else ()
+        print(json.dumps({k: r[k] for k in keys}), flush=True)
         r["threads"] = args.threads
         rows.append(r)
     (results / f"acceptance_fedpac_fmnist_20x600_threads{args.threads}.json").write_text(json.dumps(rows, indent=1))

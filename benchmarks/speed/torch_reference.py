@@ -139,18 +139,23 @@ def _means(counts, sums):
     return torch.where(counts[:, None] > 0, sums / counts.clamp(min=1)[:, None], torch.zeros_like(sums))
 
 
-def fedpac_client(model, global_body, head, x, y, centroids, valid, rnd, cfg, gen) -> dict:
-    """Steps 2.2-2.8 of spec A.2 for one client, with the received model (global body + own head)."""
-    model.load_state_dict({**global_body, **head})
-    k = model.fc2.out_features
-    # 2.2/2.3: statistics (v, H) and pre-training class means with the received model
-    counts, sums, sq = _class_sums(model, x, y, k, cfg.batch_size)
+def local_statistics(model, x, y, num_classes, batch_size):
+    """Spec A.4 with the current model: (v, H, class means, sample count)."""
+    counts, sums, sq = _class_sums(model, x, y, num_classes, batch_size)
     n = counts.sum()
     prior = counts / n
     mu = _means(counts, sums)
     mean_sq = torch.where(counts > 0, sq / counts.clamp(min=1), torch.zeros_like(sq))
     v = (prior * mean_sq - prior.square() * mu.square().sum(1)).sum() / n
-    h = prior[:, None] * mu
+    return v, prior[:, None] * mu, mu, n
+
+
+def fedpac_client(model, global_body, head, x, y, centroids, valid, rnd, cfg, gen) -> dict:
+    """Steps 2.2-2.8 of spec A.2 for one client, with the received model (global body + own head)."""
+    model.load_state_dict({**global_body, **head})
+    k = model.fc2.out_features
+    # 2.2/2.3: statistics (v, H) and pre-training class means with the received model
+    v, h, mu, n = local_statistics(model, x, y, k, cfg.batch_size)
 
     # 2.4: head, body frozen, fresh SGD
     def head_loss(xb, yb):
