@@ -195,3 +195,13 @@ def test_qp_on_two_cpu_devices_does_not_deadlock():
         pytest.fail("the QP on two CPU devices did not finish in 240 s (deadlock)")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert float(proc.stdout.strip().splitlines()[-1]) < 1e-5
+
+
+def test_importing_pflax_does_not_surface_jaxopts_unmaintained_warning():
+    """jaxopt warns on import; pflax silences that one warning around its own import (and nothing else)."""
+    import subprocess
+    import sys
+
+    code = "import warnings; warnings.simplefilter('always'); import pflax; import pflax.core.qp"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "JAXopt is no longer maintained" not in out.stderr

@@ -26,10 +26,16 @@ crashes there). The problem it then solves is exact, so only the pre-processing 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
-import jaxopt
+
+with warnings.catch_warnings():
+    # jaxopt warns on import that it is unmaintained; it is the QP solver this library is specified to use,
+    # so the warning would only tell users about our choice. Scoped to this import, not to their code.
+    warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
+    import jaxopt
 
 from .aggregate import EXACT
 
