@@ -72,16 +72,16 @@ def load_pflax_params(model: FedPACCNN, params: dict) -> None:
         for i, conv in enumerate(model.convs):
             p = body[f"TorchConv_{i}"]
             conv.weight.copy_(torch.from_numpy(np.asarray(p["kernel"]).transpose(3, 2, 0, 1).copy()))
-            conv.bias.copy_(torch.from_numpy(np.asarray(p["bias"])))
+            conv.bias.copy_(torch.from_numpy(np.array(p["bias"])))
         # pflax flattens (h, w, c), torch flattens (c, h, w): permute fc1's input rows accordingly.
         k = np.asarray(body["TorchDense_0"]["kernel"])  # [h*w*c, 128]
         c = model.convs[-1].out_channels
         hw = int(round((k.shape[0] // c) ** 0.5))
         k = k.reshape(hw, hw, c, -1).transpose(2, 0, 1, 3).reshape(k.shape[0], -1)
         model.fc1.weight.copy_(torch.from_numpy(k.T.copy()))
-        model.fc1.bias.copy_(torch.from_numpy(np.asarray(body["TorchDense_0"]["bias"])))
+        model.fc1.bias.copy_(torch.from_numpy(np.array(body["TorchDense_0"]["bias"])))
         model.fc2.weight.copy_(torch.from_numpy(np.asarray(head["TorchDense_0"]["kernel"]).T.copy()))
-        model.fc2.bias.copy_(torch.from_numpy(np.asarray(head["TorchDense_0"]["bias"])))
+        model.fc2.bias.copy_(torch.from_numpy(np.array(head["TorchDense_0"]["bias"])))
 
 
 def to_torch_clients(x: np.ndarray, y: np.ndarray, device: str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
