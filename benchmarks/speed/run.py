@@ -146,7 +146,7 @@ class OfficialTorchRunner:
         import torch_official as to
         import torch_reference as tr
 
-        torch.manual_seed(0)
+        torch.manual_seed(0)  # the initial model; OfficialFedPAC reseeds for the loaders' shuffling
         self.fed = to.OfficialFedPAC(tr.make_model("fmnist"), to.quantize_images(x), np.asarray(y))
 
     def step(self):
@@ -191,6 +191,8 @@ def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int,
     the round ahead of time instead of running it once untimed; ``pflax_first_round_s`` is then the
     compile time alone.
     """
+    if official and (algorithm, dataset, torch_device, min(clients, torch_max)) != ("fedpac", "fmnist", "cpu", clients):
+        raise ValueError("the official loop is ported for FedPAC on FMNIST, on the CPU, all clients timed")
     if collaboration is None:
         collaboration = clients < 1000
     x, y = random_clients(dataset, clients, samples)
@@ -205,8 +207,6 @@ def measure(algorithm: str, dataset: str, clients: int, samples: int, reps: int,
     th = TorchRunner(algorithm, dataset, x[:torch_clients], y[:torch_clients], collaboration, torch_device)
     th.step()
     if official:
-        if (algorithm, dataset, torch_device, torch_clients) != ("fedpac", "fmnist", "cpu", clients):
-            raise ValueError("the official loop is ported for FedPAC on FMNIST, on the CPU, all clients timed")
         off = OfficialTorchRunner(x, y)
         off.step()
     pf_times, th_times, pf_mem, th_mem, off_times, off_mem = [], [], [], [], [], []

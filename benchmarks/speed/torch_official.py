@@ -30,7 +30,8 @@ Left out, all in PyTorch's favour:
 
 * the three local test passes (``acc0``, ``acc1``, ``acc2``), because the pflax round being timed evaluates
   nothing;
-* the prints.
+* the prints;
+* the stacked copy of the global centroids that ``update_global_protos`` builds and training never reads.
 
 Replaced because it no longer exists:
 
@@ -162,13 +163,12 @@ class OfficialClient:
         opt = torch.optim.SGD([p for p in self.model.parameters() if p.requires_grad], lr=lr,
                               momentum=self.cfg.momentum, weight_decay=self.cfg.weight_decay)
         for _ in range(epochs):
-            losses = []
             for images, labels in self.loader:
                 self.model.zero_grad()
                 loss = loss_fn(images, labels)
                 loss.backward()
                 opt.step()
-                losses.append(loss.item())
+                loss.item()  # read back every step, as the official code does to log it
 
     def train(self, rnd: int):
         model, cfg = self.model, self.cfg
@@ -208,7 +208,6 @@ class OfficialClient:
 
     def set_centroids(self, centroids: dict[int, torch.Tensor]) -> None:
         self.global_centroids = centroids
-        self.stacked_centroids = torch.stack([centroids[k] for k in range(self.num_classes)])
 
 
 def average_states(states: list[dict], sizes: list[float]) -> dict:
