@@ -1,0 +1,123 @@
+"""Golden trajectories: three rounds of every registry algorithm on one small fixed federation.
+
+The digests in ``tests/golden/trajectories.json`` were recorded before the algorithm-contract
+redesign; ``tests/test_golden.py`` replays every algorithm and asks for the same bits. Each array is
+reduced to its shape, dtype and SHA-256 of its bytes (plus its float64 sum, only to say how far a
+mismatch is). State leaves are compared as a multiset of digests, so moving a tree inside the state
+(a new layout) is allowed while changing any value is not.
+
+Record again (only for a deliberate, documented change): ``python tests/golden_trajectories.py``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+GOLDEN = Path(__file__).with_name("golden") / "trajectories.json"
+ROUNDS = 3
+NUM_CLIENTS = 5
+FRACTION = 0.8  # 4 of 5 clients per round: non-participants' rows must stay untouched
+
+# Small and fast: one local epoch of batch 20 (every per-algorithm epoch count at 1).
+COMMON = dict(lr=0.05, batch_size=20, local_epochs=1)
+OVERRIDES = {
+    "fedpac": dict(body_lr=0.05, head_lr=0.05, batch_size=20, body_epochs=1, head_epochs=1),
+    "fedrep": dict(lr=0.05, batch_size=20, local_epochs=1, head_epochs=1),
+    "fedavg_ft": dict(COMMON, finetune_epochs=1),
+    "fedbabu": dict(COMMON, finetune_epochs=1),
+    "ditto": dict(COMMON, personal_epochs=1),
+    "cfl": dict(COMMON, start_round=1),
+    "pfedhn": dict(COMMON, inner_steps=2),
+    "pfedme": dict(COMMON, inner_steps=2),
+    "fedbn": dict(COMMON, batch_size=16),
+    "fedpick": dict(COMMON, batch_size=16),
+}
+BN_ALGORITHMS = ("fedbn", "fedpick")
+
+
+def federation(bn: bool):
+    """Ragged synthetic clients (train 60, 53, 46, 60, 53; test 20 each), FedPAC's 20 % shards."""
+    from pflax.data import fedpac_shards, from_partition, synthetic
+
+    size = 16 if bn else 8
+    ds = synthetic(num_classes=10, train_per_class=40, test_per_class=15, image_size=size, seed=3, noise=0.3)
+    x_tr, x_te = ds.x_train, ds.x_test
+    if bn:  # the digits CNN takes 3 channels
+        x_tr, x_te = (np.repeat(np.asarray(a)[..., :1], 3, axis=-1) for a in (x_tr, x_te))
+    tr = fedpac_shards(ds.y_train, NUM_CLIENTS, 60, 0.2, 10)
+    tr = [idx[: 60 - 7 * (i % 3)] for i, idx in enumerate(tr)]
+    te = fedpac_shards(ds.y_test, NUM_CLIENTS, 20, 0.2, 10)
+    return from_partition(x_tr, ds.y_train, tr), from_partition(x_te, ds.y_test, te)
+
+
+def model_for(name: str):
+    if name in BN_ALGORITHMS:
+        from pflax.models.bn import digits_cnn
+
+        return digits_cnn(num_classes=10, width=0.0625, image_size=16)
+    from pflax.models import mlp
+
+    return mlp(10, hidden=(16,))
+
+
+def config_for(name: str, module):
+    from pflax.core.execution import Execution
+
+    return module.Config(**OVERRIDES.get(name, COMMON), execution=Execution(strategy="map"))
+
+
+def digest(a) -> dict:
+    a = np.asarray(a)
+    return {"shape": list(a.shape), "dtype": str(a.dtype), "sha": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16],
+            "sum": float(np.asarray(a, np.float64).sum()) if a.dtype != bool else int(a.sum())}
+
+
+def state_digests(state) -> list[dict]:
+    leaves = [jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x for x in jax.tree.leaves(state)]
+    return sorted((digest(x) for x in leaves), key=lambda d: (d["shape"], d["dtype"], d["sha"]))
+
+
+def metric_digests(metrics: dict) -> dict:
+    return {k: digest(v) for k, v in sorted(metrics.items())}
+
+
+def trajectory(name: str, module, run_round, run_evaluate, sample) -> list[dict]:
+    """``ROUNDS`` rounds: participants drawn by ``sample(state, FRACTION)``, ``run_round(state,
+    batch, test)`` then ``run_evaluate(state, test_all, train_all)``; the digests of each round."""
+    train, test = federation(name in BN_ALGORITHMS)
+    model = model_for(name)
+    state = module.init(jax.random.PRNGKey(7), model, train.x[0], NUM_CLIENTS, config_for(name, module))
+    out = []
+    for _ in range(ROUNDS):
+        ids = np.asarray(sample(state, FRACTION))
+        state, metrics = run_round(state, train.take(ids), test.take(ids))
+        evaluation = run_evaluate(state, test, train)
+        out.append({"state": state_digests(state), "metrics": metric_digests(metrics),
+                    "evaluate": metric_digests(evaluation)})
+    return out
+
+
+def record() -> None:
+    from pflax.algorithms import REGISTRY, EVALUATE_NEEDS_TRAIN
+
+    golden = {}
+    for name, module in REGISTRY.items():
+        def run_round(state, batch, test, module=module, name=name):
+            return module.round(state, batch) if name == "fedavg" else module.round(state, batch, test)
+
+        def run_evaluate(state, test, train, module=module, name=name):
+            return module.evaluate(state, test, train) if name in EVALUATE_NEEDS_TRAIN else module.evaluate(state, test)
+
+        golden[name] = trajectory(name, module, run_round, run_evaluate, module.sample_clients)
+        print(name, "recorded", flush=True)
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(json.dumps({"jax": jax.__version__, "algorithms": golden}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    record()
