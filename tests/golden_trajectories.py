@@ -27,7 +27,7 @@ FRACTION = 0.8  # 4 of 5 clients per round: non-participants' rows must stay unt
 COMMON = dict(lr=0.05, batch_size=20, local_epochs=1)
 OVERRIDES = {
     "fedpac": dict(body_lr=0.05, head_lr=0.05, batch_size=20, body_epochs=1, head_epochs=1),
-    "fedrep": dict(lr=0.05, batch_size=20, local_epochs=1, head_epochs=1),
+    "fedrep": dict(lr=0.05, batch_size=20, local_epochs=1, head_epochs=1),  # body_epochs=1 before the redesign
     "fedavg_ft": dict(COMMON, finetune_epochs=1),
     "fedbabu": dict(COMMON, finetune_epochs=1),
     "ditto": dict(COMMON, personal_epochs=1),

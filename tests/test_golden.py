@@ -8,7 +8,7 @@ import jax
 import pytest
 
 import golden_trajectories as golden
-from pflax.algorithms import REGISTRY, EVALUATE_NEEDS_TRAIN
+from pflax.algorithms import REGISTRY
 
 RECORDED = json.loads(golden.GOLDEN.read_text())["algorithms"]
 
@@ -23,10 +23,10 @@ def test_trajectory_is_bit_identical(name):
     module = REGISTRY[name]
 
     def run_round(state, batch, test):
-        return module.round(state, batch) if name == "fedavg" else module.round(state, batch, test)
+        return module.round(state, batch, test)
 
     def run_evaluate(state, test, train):
-        return module.evaluate(state, test, train) if name in EVALUATE_NEEDS_TRAIN else module.evaluate(state, test)
+        return module.evaluate(state, test, train)
 
     actual = golden.trajectory(name, module, run_round, run_evaluate, module.sample_clients)
     expected = RECORDED[name]

@@ -20,54 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
+from ..core.federated import State, sample_clients
+from . import sharing
 
-from . import base
-from .base import State, check_inputs, sample_clients
-from .common import init_on_execution_devices
-
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(base.SGDConfig):
+class Config(sharing.Config):
+    """Everything shared, only the body trained and averaged, fine-tuned at evaluation."""
+
+    averaged: tuple = ("body",)
+    trained: tuple = ("body",)
     finetune_epochs: int = 5
-    finetune_parts: tuple = ("body", "head")
-
-    def __post_init__(self):
-        super().__post_init__()
-        base.require(self.finetune_epochs >= 0, "FedBABU finetune_epochs must be >= 0")
-        base.require(
-            len(self.finetune_parts) > 0 and set(self.finetune_parts) <= {"body", "head"},
-            f"FedBABU finetune_parts must be a non-empty subset of ('body', 'head'), got {self.finetune_parts}",
-        )
 
 
-@init_on_execution_devices
-def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    return base.init_state(key, model, sample_x, num_clients, config, base.split_layout(("body", "head")))
-
-
-def _train_body(params, client, model, cfg: Config):
-    return base.train_parts(params, ("body",), base.ce_loss(model), client, cfg)
-
-
-def _round(state: State, batch, test=None):
-    new_state, metrics = base.split_round(state, batch, _train_body, averaged=("body",))
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test, batch)["accuracy"]
-    return new_state, metrics
-
-
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One FedBABU round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
-
-
-def _evaluate(state: State, test, train):
-    cfg = state.config
-    return base.evaluate_finetuned(state, test, train, base.assembled, tuple(cfg.finetune_parts), cfg.finetune_epochs)
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = """``evaluate(state, test, train)``: accuracy on each client's test split after
-fine-tuning (global body, initial head) for ``finetune_epochs`` epochs on its ``train`` split."""
+ALGORITHM = sharing.preset("fedbabu", Config, "FedBABU: body trained and averaged, random head frozen, fine-tuned at evaluation")
+init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
