@@ -22,9 +22,10 @@ import numpy as np
 
 from pflax.algorithms import fedavg
 from pflax.data import from_partition, load_idx_dir
-from pflax.fedcollab import DiscConfig, ablate, canonical, coalitions_of, estimate_distances, fmnist_label_shift, solve, train_coalitions
-from pflax.fedcollab.plots import plot_distances
+from pflax.algorithms.fedcollab import DiscConfig, ablate, canonical, coalitions_of, estimate_distances, solve, train_coalitions
+from pflax.algorithms.fedcollab.plots import plot_distances
 from pflax.metrics import ipr_rsd
+from pflax.suites.fedcollab import fmnist_label_shift
 from pflax.models import mlp
 
 REPO = Path(__file__).resolve().parents[1]

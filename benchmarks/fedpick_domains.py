@@ -53,12 +53,12 @@ def algorithm(arm: str):
         return fedpick, fedpick.Config.digits()
     if arm in ablation:
         return fedpick, fedpick.Config.digits(**ablation[arm])
-    rules = {"fedavg": leafwise.fedavg, "fedprox": lambda: leafwise.fedprox(0.01), "fedper": leafwise.fedper,
-             "fedrep": lambda: leafwise.fedrep(4), "lg_fedavg": leafwise.lg_fedavg, "fedbn": leafwise.fedbn,
-             "single": leafwise.local_only}
+    # leafwise.RULES: FedProx mu = 0.01, FedRep 4 head epochs, as FedPick ran them.
+    rules = {"fedavg": "fedavg", "fedprox": "fedprox", "fedper": "fedper", "fedrep": "fedrep", "lg_fedavg": "lg_fedavg",
+             "fedbn": "fedbn", "single": "local_only"}
     if arm not in rules:
         raise SystemExit(f"unknown arm {arm!r}; choose from {MAIN_ARMS + ABLATIONS}")
-    return leafwise, rules[arm]()
+    return leafwise, leafwise.rule(rules[arm])
 
 
 def run_one(arm: str, seed: int, data, args) -> dict:

@@ -2,7 +2,7 @@
 
     pflax run                       # offline demo: FedPAC on the built-in synthetic federation
     pflax run fedpac --dataset fashion_mnist --data-dir ../shared/datasets --clients 20 --rounds 200
-    pflax run ditto --dataset fashion_mnist --data-dir ../shared/datasets --set lam=1.0
+    pflax run ditto --dataset fashion_mnist --data-dir ../shared/datasets --set prox_mu=1.0
 
 Every algorithm in ``pflax.algorithms.REGISTRY`` that runs on the FedPAC CNN/MLP can be named; the
 shared SGD setting comes from ``--lr --momentum --weight-decay --batch-size --local-epochs`` and any
@@ -374,7 +374,8 @@ def _parse_overrides(config_cls, pairs: list[str]) -> dict:
 
 
 def _load_federation(args: argparse.Namespace):
-    from .data import DataError, federate_fedpac, load_dataset
+    from .data import DataError, load_dataset
+    from .suites.fedpac import federate_fedpac
 
     try:
         dataset = load_dataset(args.dataset, args.data_dir, seed=args.seed)
@@ -431,7 +432,7 @@ def run_baseline(args: argparse.Namespace) -> dict:
     import jax
 
     from . import checkpoint
-    from .algorithms import EVALUATE_NEEDS_TRAIN, REGISTRY
+    from .algorithms import REGISTRY
     from .metrics import summarize
 
     mod = REGISTRY[args.algorithm]
@@ -440,8 +441,10 @@ def run_baseline(args: argparse.Namespace) -> dict:
     model = _make_model(args, dataset)
     config = baseline_config(mod, args)
     state = _init_checked(mod, args, model, train, test, config)
-    needs_train = args.algorithm in EVALUATE_NEEDS_TRAIN
-    evaluate = (lambda st: mod.evaluate(st, test, train)) if needs_train else (lambda st: mod.evaluate(st, test))
+    needs_train = mod.needs_train
+
+    def evaluate(st):
+        return mod.evaluate(st, test, train)
 
     out = Path(args.out)
     _remove_stale_temp_files(out)
@@ -471,7 +474,7 @@ def run_baseline(args: argparse.Namespace) -> dict:
             "algorithm": args.algorithm,
             "dataset": dataset.name,
             "status": "finished" if done else f"running ({len(history)}/{args.rounds} rounds)",
-            "evaluated_model": f"each client's personalized model as {mod.__name__}.evaluate defines it"
+            "evaluated_model": f"each client's personalized model as pflax.{mod.name}.evaluate defines it"
             + (" (personalised on its training split at evaluation time)" if needs_train else "")
             + f", after round {personalized[-1]['round']}, on its own test split",
             "args": vars(args),

@@ -63,14 +63,14 @@ def run(num_processes: int, out: str, ckpt: str, process_id: int = 0, port: int 
         """Per-client state lives with its clients (each process holds its clients' heads only); the
         rest is replicated. Placing every state the same way lets all rounds share one compilation."""
         state = jax.tree.map(lambda a: jax.device_put(a, replicated), state)
-        return state.replace(heads=jax.tree.map(lambda h: global_array(np.asarray(h.addressable_data(0))), state.heads))
+        return state.replace(clients=jax.tree.map(lambda h: global_array(np.asarray(h.addressable_data(0))), state.clients))
 
     fresh = place(fresh)
 
     state = fresh
     for _ in range(2):
         state, _ = fedpac.round(state, batch)
-    heads_sharded_at_save = not jax.tree.leaves(state.heads)[0].is_fully_replicated
+    heads_sharded_at_save = not jax.tree.leaves(state.clients)[0].is_fully_replicated
     checkpoint.save(ckpt, state)
     final, metrics = fedpac.round(state, batch)
     resumed = place(checkpoint.restore(ckpt, fresh).state)
@@ -81,9 +81,9 @@ def run(num_processes: int, out: str, ckpt: str, process_id: int = 0, port: int 
     def gathered(tree):
         return [host(leaf) for leaf in jax.tree.leaves(tree)]
 
-    arrays = {"body": final.body, "heads": final.heads, "centroids": final.centroids}
+    arrays = {"body": final.server["body"], "heads": final.clients["head"], "centroids": final.server["centroids"]}
     leaves = gathered(arrays)
-    resume_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(leaves, gathered({"body": again.body, "heads": again.heads, "centroids": again.centroids})))
+    resume_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(leaves, gathered({"body": again.server["body"], "heads": again.clients["head"], "centroids": again.server["centroids"]})))
     weights = gathered(metrics["combination_weights"])[0]
     if jax.process_index() == 0:
         np.savez(out, *leaves, combination_weights=weights)

@@ -14,7 +14,7 @@ import pytest
 
 import _tiny_fedpac as T
 from pflax import checkpoint, cli, fedpac
-from pflax.core import qp
+from pflax.algorithms.fedpac import combination
 from pflax.core.execution import Execution
 from pflax.data import DataError, dirichlet, fedpac_shards, load_dataset, load_idx_dir, read_idx
 from pflax.models import mlp
@@ -96,8 +96,8 @@ LIBRARY_CASES = [
     ("s_negative", lambda: fedpac_shards(np.arange(100) % 10, 4, 20, s=-0.1), ValueError, r"must be in \[0, 1\], got -0\.1"),
     ("dirichlet_beta_zero", lambda: dirichlet(np.arange(100) % 10, 4, 0.0), ValueError, r"Dirichlet beta must be > 0, got 0\.0"),
     ("dirichlet_beta_negative", lambda: dirichlet(np.arange(100) % 10, 4, -1.0), ValueError, r"Dirichlet beta must be > 0, got -1\.0"),
-    ("qp_shape_mismatch", lambda: qp.combination_weights(jnp.ones(3), jnp.ones((4, 2, 2))), ValueError, r"v \[m\] and h \[m, K, d\]; got v \(3,\), h \(4, 2, 2\)"),
-    ("qp_mask_shape", lambda: qp.combination_weights(jnp.ones(3), jnp.ones((3, 2, 2)), jnp.ones(4, bool)), ValueError, r"participating must have shape \(3,\)"),
+    ("qp_shape_mismatch", lambda: combination.combination_weights(jnp.ones(3), jnp.ones((4, 2, 2))), ValueError, r"v \[m\] and h \[m, K, d\]; got v \(3,\), h \(4, 2, 2\)"),
+    ("qp_mask_shape", lambda: combination.combination_weights(jnp.ones(3), jnp.ones((3, 2, 2)), jnp.ones(4, bool)), ValueError, r"participating must have shape \(3,\)"),
     ("missing_data_directory", lambda: load_dataset("fashion_mnist", "/nonexistent/datasets"), DataError, r"data directory '/nonexistent/datasets' does not exist"),
     ("idx_not_found", lambda: read_idx("/nonexistent/train-images-idx3-ubyte.gz"), FileNotFoundError, r"No such file"),
 ]
@@ -154,7 +154,7 @@ def test_empty_client_has_weight_zero_and_keeps_its_head():
     weights = metrics["combination_weights"]
     np.testing.assert_array_equal(weights[:, 2], np.eye(5)[:, 2])  # nobody mixes in client 2's head
     np.testing.assert_array_equal(weights[2], np.eye(5)[2])
-    for old, new in zip(jax.tree.leaves(before.heads), jax.tree.leaves(after.heads)):
+    for old, new in zip(jax.tree.leaves(before.clients), jax.tree.leaves(after.clients)):
         np.testing.assert_array_equal(np.asarray(old)[2], np.asarray(new)[2])
     assert all(np.all(np.isfinite(v)) for v in jax.tree.leaves(metrics) if np.asarray(v).dtype.kind == "f")
 
@@ -163,7 +163,7 @@ def test_class_missing_on_one_client():
     y = np.asarray(GOOD.y).copy()
     y[1] = np.where(y[1] == 3, 0, y[1])  # client 1 has no class 3
     _, after, metrics = _round(_batch(y=y))
-    assert bool(np.asarray(after.centroid_valid)[3])  # the others still define it
+    assert bool(np.asarray(after.server["centroid_valid"])[3])  # the others still define it
     assert np.all(np.asarray(metrics["combination_weights"]).sum(1) > 0.999)
 
 
@@ -171,11 +171,11 @@ def test_class_missing_on_every_participant_keeps_previous_centroid():
     _, first, _ = _round(GOOD)
     y = np.where(np.asarray(GOOD.y) == 3, 0, np.asarray(GOOD.y))
     _, second, _ = _round(_batch(y=y), first)
-    np.testing.assert_array_equal(np.asarray(second.centroids)[3], np.asarray(first.centroids)[3])
-    assert bool(np.asarray(second.centroid_valid)[3])
+    np.testing.assert_array_equal(np.asarray(second.server["centroids"])[3], np.asarray(first.server["centroids"])[3])
+    assert bool(np.asarray(second.server["centroid_valid"])[3])
     # Never seen at all: stays undefined (zeros, invalid), no NaN.
     _, fresh, _ = _round(_batch(y=y))
-    assert not bool(np.asarray(fresh.centroid_valid)[3]) and not np.any(np.asarray(fresh.centroids)[3])
+    assert not bool(np.asarray(fresh.server["centroid_valid"])[3]) and not np.any(np.asarray(fresh.server["centroids"])[3])
 
 
 def test_diverging_round_keeps_the_state_and_reports_nonfinite():
@@ -210,7 +210,7 @@ def test_all_finite_finds_any_nan_or_inf_in_any_leaf(monkeypatch, group):
 def test_nan_statistics_give_own_head_not_nan():
     v = jnp.array([0.5, jnp.nan, 0.2])
     h = jnp.ones((3, 2, 2)) * jnp.arange(3.0)[:, None, None]
-    w = np.asarray(qp.combination_weights(v, h))
+    w = np.asarray(combination.combination_weights(v, h))
     assert np.all(np.isfinite(w)) and np.allclose(w.sum(1), 1.0)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from pflax.algorithms import (apfl, base, ditto, fedavg, fedavg_ft, fedbabu, fednova, fedper, fedprox, fedrep, fedrod, knnper,
                               lg_fedavg, local_only, perfedavg, pfedme, scaffold)
+from pflax.core import federated
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.data import fedpac_shards, from_partition, synthetic
 from pflax.models import mlp
@@ -87,7 +88,7 @@ def test_learns(mod, floor, fed):
     assert not bool(metrics["nonfinite"]) and float(metrics["n"][1]) == 0.0
     assert all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree.leaves(new) if jnp.issubdtype(a.dtype, jnp.floating))
     if mod is not pfedme:
-        assert leaves_equal(row(new.local, 1), row(state.local, 1))
+        assert leaves_equal(row(new.clients, 1), row(state.clients, 1))
 
 
 # ------------------------------------------------------------------------------------ defining rules
@@ -206,13 +207,13 @@ def _grad(params, train, i):
 def test_ditto_personal_step_includes_lambda_pull(fed):
     train, _ = fed
     lr, lam = 0.05, 1.0
-    state, _ = ditto.round(_full_batch(ditto, fed, lam=lam, personal_epochs=1), train)
-    assert not leaves_equal(row(state.local, 0), state.shared)  # v and w now differ
+    state, _ = ditto.round(_full_batch(ditto, fed, prox_mu=lam, personal_epochs=1), train)
+    assert not leaves_equal(row(state.clients, 0), state.server)  # v and w now differ
     new, _ = ditto.round(state, train)
     for i in range(NUM_CLIENTS):
-        v, w = row(state.local, i), state.shared
+        v, w = row(state.clients, i), state.server
         want = jax.tree.map(lambda v_, g, w_: v_ - lr * (g + lam * (v_ - w_)), v, _grad(v, train, i), w)
-        for got, exp in zip(jax.tree.leaves(row(new.local, i)), jax.tree.leaves(want)):
+        for got, exp in zip(jax.tree.leaves(row(new.clients, i)), jax.tree.leaves(want)):
             np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
 
 
@@ -222,14 +223,14 @@ def test_apfl_evaluates_mixed_model_and_updates_v_through_it(fed):
     state, _ = apfl.round(_full_batch(apfl, fed, alpha=alpha), train)
     new, _ = apfl.round(state, train)
     for i in range(NUM_CLIENTS):
-        v, w = row(state.local, i), state.shared
+        v, w = row(state.clients, i), state.server
         g = _grad(apfl.mixed(v, w, alpha), train, i)
         want = jax.tree.map(lambda v_, g_: v_ - lr * alpha * g_, v, g)
-        for got, exp in zip(jax.tree.leaves(row(new.local, i)), jax.tree.leaves(want)):
+        for got, exp in zip(jax.tree.leaves(row(new.clients, i)), jax.tree.leaves(want)):
             np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
     acc = np.asarray(apfl.evaluate(new, test)["accuracy"])
     for i in range(NUM_CLIENTS):
-        personal = apfl.mixed(row(new.local, i), new.shared, alpha)
+        personal = apfl.mixed(row(new.clients, i), new.server, alpha)
         logits = MODEL.apply(personal, test.x[i])
         want = masked_mean((jnp.argmax(logits, -1) == test.y[i]).astype(jnp.float32), test.mask[i])
         assert acc[i] == pytest.approx(float(want))
@@ -240,24 +241,24 @@ def test_scaffold_matches_hand_computation(fed):
     lr = 0.05
     two = train.take(jnp.array([0, 1]))
     state, _ = scaffold.round(_full_batch(scaffold, fed), two)
-    c, w = state.shared["c"], state.shared["params"]
-    assert not leaves_equal(row(state.local, 0), c)  # c_i != c, so the correction is active
+    c, w = state.server["c"], state.server["params"]
+    assert not leaves_equal(row(state.clients, 0), c)  # c_i != c, so the correction is active
     new, _ = scaffold.round(state, two)
     local_models, deltas_c = [], []
     for i in range(2):
-        c_i = row(state.local, i)
+        c_i = row(state.clients, i)
         w_i = jax.tree.map(lambda w_, g, ci, cc: w_ - lr * (g - ci + cc), w, _grad(w, train, i), c_i, c)
         k = 1  # one epoch of one full batch
         c_plus = jax.tree.map(lambda ci, cc, a, b: ci - cc + (a - b) / (k * lr), c_i, c, w, w_i)
-        for got, exp in zip(jax.tree.leaves(row(new.local, i)), jax.tree.leaves(c_plus)):
+        for got, exp in zip(jax.tree.leaves(row(new.clients, i)), jax.tree.leaves(c_plus)):
             np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-5)
         local_models.append(w_i)
         deltas_c.append(jax.tree.map(lambda a, b: a - b, c_plus, c_i))
     want_w = jax.tree.map(lambda w_, a, b: w_ + ((a - w_) + (b - w_)) / 2, w, *local_models)
     want_c = jax.tree.map(lambda c_, a, b: c_ + (2 / NUM_CLIENTS) * (a + b) / 2, c, *deltas_c)
-    for got, exp in zip(jax.tree.leaves(new.shared), jax.tree.leaves({"c": want_c, "params": want_w})):
+    for got, exp in zip(jax.tree.leaves(new.server), jax.tree.leaves({"c": want_c, "params": want_w})):
         np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-5)
-    assert leaves_equal(row(new.local, 3), row(state.local, 3))  # non-participants keep c_i
+    assert leaves_equal(row(new.clients, 3), row(state.clients, 3))  # non-participants keep c_i
 
 
 def test_fedrod_balanced_softmax_and_personal_path(fed):
@@ -322,22 +323,22 @@ def test_knnper_trains_as_fedavg_and_lam_zero_is_the_global_model(fed):
 
 def test_pfedme_matches_hand_computation(fed):
     train, _ = fed
-    cfg = dict(lr=0.05, personal_lr=0.02, lam=10.0, inner_steps=3, beta=0.7)
+    cfg = dict(lr=0.05, personal_lr=0.02, prox_mu=10.0, inner_steps=3, beta=0.7)
     state = _full_batch(pfedme, fed, **cfg)
     two = train.take(jnp.array([0, 1]))
     new, _ = pfedme.round(state, two)
-    w = state.shared
+    w = state.server
     locals_ = []
     for i in range(2):
         theta = w
         for _ in range(cfg["inner_steps"]):
             g = _grad(theta, train, i)
-            theta = jax.tree.map(lambda t, g_, w_: t - cfg["personal_lr"] * (g_ + cfg["lam"] * (t - w_)), theta, g, w)
-        for got, exp in zip(jax.tree.leaves(row(new.local, i)), jax.tree.leaves(theta)):
+            theta = jax.tree.map(lambda t, g_, w_: t - cfg["personal_lr"] * (g_ + cfg["prox_mu"] * (t - w_)), theta, g, w)
+        for got, exp in zip(jax.tree.leaves(row(new.clients, i)), jax.tree.leaves(theta)):
             np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-6)
-        locals_.append(jax.tree.map(lambda w_, t: w_ - cfg["lr"] * cfg["lam"] * (w_ - t), w, theta))
+        locals_.append(jax.tree.map(lambda w_, t: w_ - cfg["lr"] * cfg["prox_mu"] * (w_ - t), w, theta))
     want = jax.tree.map(lambda w_, a, b: (1 - cfg["beta"]) * w_ + cfg["beta"] * (a + b) / 2, w, *locals_)
-    for got, exp in zip(jax.tree.leaves(new.shared), jax.tree.leaves(want)):
+    for got, exp in zip(jax.tree.leaves(new.server), jax.tree.leaves(want)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-6)
 
 
@@ -352,17 +353,17 @@ def test_fednova_normalises_by_local_steps(fed):
     train = train.replace(mask=train.mask.at[1, 60:].set(False))
     state = start(fednova, fed)
     new, metrics = fednova.round(state, train)
-    inputs = base.client_inputs(state, train)
-    train_full = jax.jit(base.train_full, static_argnums=(2, 3))
+    inputs = {"x": train.x, "y": train.y, "mask": train.mask, "key": federated.participant_keys(state, train.client_ids)}
+    train_full = jax.jit(lambda params, client: base.train(params, base.ce_loss(MODEL), client, state.config))
     sizes = np.asarray(train.sizes, np.float64)
     p = sizes / sizes.sum()
     norms = np.array([float(fednova.momentum_norm(jnp.array(2 * int(np.ceil(n / 20))), 0.5)) for n in sizes])
     np.testing.assert_allclose(np.asarray(metrics["tau_norm"]), norms, rtol=1e-6)
     tau_eff = float(np.sum(p * norms))
-    trained = [train_full(state.shared, row(inputs, i), MODEL, state.config)[0] for i in range(NUM_CLIENTS)]
+    trained = [train_full(state.server, row(inputs, i))[0] for i in range(NUM_CLIENTS)]
     want = jax.tree.map(lambda w_, *ws: w_ - tau_eff * sum(pi * (w_ - wi) / ni for pi, wi, ni in zip(p, ws, norms)),
-                        state.shared, *trained)
-    for got, exp in zip(jax.tree.leaves(new.shared), jax.tree.leaves(want)):
+                        state.server, *trained)
+    for got, exp in zip(jax.tree.leaves(new.server), jax.tree.leaves(want)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
 
 
@@ -396,8 +397,8 @@ def test_check_inputs_pairs_train_and_test_rows(fed):
 
 
 def test_configs_validate():
-    for bad in (lambda: knnper.Config(lam=2.0), lambda: pfedme.Config(inner_steps=0), lambda: fedrod.Config(gamma=-1),
-                lambda: fedprox.Config(mu=-1), lambda: ditto.Config(lam=-1), lambda: apfl.Config(alpha=1.5),
+    for bad in (lambda: knnper.Config(knn_lam=2.0), lambda: pfedme.Config(inner_steps=0), lambda: fedrod.Config(gamma=-1),
+                lambda: fedprox.Config(prox_mu=-1), lambda: ditto.Config(prox_mu=-1), lambda: apfl.Config(alpha=1.5),
                 lambda: scaffold.Config(global_lr=0), lambda: fedrep.Config(head_epochs=-1),
                 lambda: fedbabu.Config(finetune_parts=("tail",)), lambda: local_only.Config(momentum=1.0)):
         with pytest.raises(ValueError):

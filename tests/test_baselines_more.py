@@ -96,7 +96,7 @@ def test_learns(mod, floor, fed):
     new, metrics = mod.round(state, empty)
     assert not bool(metrics["nonfinite"]) and float(metrics["n"][1]) == 0.0
     assert all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree.leaves(new) if jnp.issubdtype(a.dtype, jnp.floating))
-    assert leaves_equal(row(new.local, 1), row(state.local, 1))
+    assert leaves_equal(row(new.clients, 1), row(state.clients, 1))
 
 
 # ------------------------------------------------------------------------------------ defining rules
@@ -125,18 +125,18 @@ def test_ifca_assigns_the_cluster_with_the_smallest_loss(fed):
     state, _ = ifca.round(start(ifca, fed), train)
     new, metrics = ifca.round(state, train)
     for i in range(NUM_CLIENTS):
-        losses = [client_loss(row(state.shared, j), train, i) for j in range(3)]
+        losses = [client_loss(row(state.server, j), train, i) for j in range(3)]
         np.testing.assert_allclose(np.asarray(metrics["cluster_losses"][i]), losses, rtol=1e-4)
         assert int(metrics["cluster"][i]) == int(np.argmin(losses))
-    np.testing.assert_array_equal(np.asarray(new.local["cluster"]), np.asarray(metrics["cluster"]))
+    np.testing.assert_array_equal(np.asarray(new.clients["cluster"]), np.asarray(metrics["cluster"]))
     # A cluster nobody chose keeps its model exactly; a chosen one moves.
     for j in range(3):
         chosen = j in np.asarray(metrics["cluster"])
-        assert leaves_equal(row(new.shared, j), row(state.shared, j)) != chosen
+        assert leaves_equal(row(new.server, j), row(state.server, j)) != chosen
     # Evaluation uses each client's chosen cluster model.
     acc = np.asarray(ifca.evaluate(new, fed[1])["accuracy"])
     for i in range(NUM_CLIENTS):
-        params = row(new.shared, int(new.local["cluster"][i]))
+        params = row(new.server, int(new.clients["cluster"][i]))
         pred = np.argmax(np.asarray(MODEL.apply(params, fed[1].x[i])), -1)
         assert acc[i] == pytest.approx(float(np.mean(pred == np.asarray(fed[1].y[i]))))
 
@@ -147,7 +147,7 @@ def test_hypcluster_is_ifca(fed):
     assert hypcluster.round is ifca.round and hypcluster.evaluate is ifca.evaluate
     assert issubclass(hypcluster.Config, ifca.Config) and "identical in rule to ifca" in hypcluster.__doc__.lower()
     b = hypcluster.init(KEY, MODEL, train.x[0], NUM_CLIENTS, hypcluster.Config(**FAST))
-    assert leaves_equal(b.shared, start(ifca, fed).shared)
+    assert leaves_equal(b.server, start(ifca, fed).server)
 
 
 def test_fedem_pi_is_the_mean_responsibility(fed):
@@ -155,13 +155,13 @@ def test_fedem_pi_is_the_mean_responsibility(fed):
     state, _ = fedem.round(start(fedem, fed), train)
     batch = train.replace(mask=train.mask.at[2, 70:].set(False))  # padding must not count
     new, metrics = fedem.round(state, batch)
-    pi = np.asarray(new.local["pi"])
+    pi = np.asarray(new.clients["pi"])
     np.testing.assert_allclose(pi.sum(1), 1.0, rtol=1e-5)
     for i in range(NUM_CLIENTS):
         mask = np.asarray(batch.mask[i])
-        losses = np.stack([np.asarray(cross_entropy(MODEL.apply(row(state.shared, m), train.x[i]), train.y[i]), np.float64)
+        losses = np.stack([np.asarray(cross_entropy(MODEL.apply(row(state.server, m), train.x[i]), train.y[i]), np.float64)
                            for m in range(3)])  # [M, n]
-        logits = np.log(np.asarray(state.local["pi"][i], np.float64))[:, None] - losses
+        logits = np.log(np.asarray(state.clients["pi"][i], np.float64))[:, None] - losses
         q = np.exp(logits - logits.max(0))
         q /= q.sum(0)
         np.testing.assert_allclose(pi[i], q[:, mask].mean(1), rtol=1e-4, atol=1e-6)
@@ -169,12 +169,13 @@ def test_fedem_pi_is_the_mean_responsibility(fed):
     # Prediction is the pi-mixture of the component softmaxes.
     acc = np.asarray(fedem.evaluate(new, fed[1])["accuracy"])
     x, y = fed[1].x[0], np.asarray(fed[1].y[0])
-    probs = sum(pi[0, m] * np.asarray(jax.nn.softmax(MODEL.apply(row(new.shared, m), x))) for m in range(3))
+    probs = sum(pi[0, m] * np.asarray(jax.nn.softmax(MODEL.apply(row(new.server, m), x))) for m in range(3))
     assert acc[0] == pytest.approx(float(np.mean(np.argmax(probs, -1) == y)))
 
 
 def test_perfedavg_first_order_meta_steps_by_hand(fed):
     """Every meta-step is w <- w - beta grad f(w - alpha grad f(w; D); D'), D and D' from two shuffles."""
+    from pflax.core import federated
     from pflax.core.train import epoch_order, gather_minibatch
 
     train, _ = fed
@@ -182,18 +183,18 @@ def test_perfedavg_first_order_meta_steps_by_hand(fed):
     state, _ = perfedavg.round(start(perfedavg, fed), train)
     new, _ = perfedavg.round(state, train)
     grad = jax.jit(jax.grad(base.ce_loss(MODEL)))
-    inputs = base.client_inputs(state, train)
+    keys = federated.participant_keys(state, train.client_ids)
     data = {"x": train.x, "y": train.y}
     models = []
     for i in range(NUM_CLIENTS):
-        plans = [epoch_order(k, train.mask[i], c.local_epochs, c.batch_size) for k in jax.random.split(inputs["key"][i], 2)]
-        w = state.shared
+        plans = [epoch_order(k, train.mask[i], c.local_epochs, c.batch_size) for k in jax.random.split(keys[i], 2)]
+        w = state.server
         for t in range(plans[0][0].shape[0]):
             (b0, ok0), (b1, ok1) = [(gather_minibatch(row(data, i), idx[t], ok[t]), ok[t]) for idx, ok in plans]
             adapted = jax.tree.map(lambda a, g: a - c.alpha * g, w, grad(w, b0, ok0.astype(jnp.float32)))
             w = jax.tree.map(lambda a, g: a - c.beta * g, w, grad(adapted, b1, ok1.astype(jnp.float32)))
         models.append(w)
-    assert_trees_close(new.shared, jax.tree.map(lambda *m: sum(m) / NUM_CLIENTS, *models), rtol=1e-4, atol=1e-6)
+    assert_trees_close(new.server, jax.tree.map(lambda *m: sum(m) / NUM_CLIENTS, *models), rtol=1e-4, atol=1e-6)
 
 
 def test_fedfomo_weights():
@@ -240,22 +241,22 @@ def test_fedfomo_update_by_hand(fed):
 def test_fesem_assigns_nearest_centre_and_averages_members(fed):
     train, _ = fed
     state, metrics = fesem.round(start(fesem, fed), train)  # initialisation round: maximin centres
-    assert bool(state.shared["ready"]) and len(set(np.asarray(metrics["cluster"]).tolist())) > 1
+    assert bool(state.server["ready"]) and len(set(np.asarray(metrics["cluster"]).tolist())) > 1
     batch = train.replace(mask=train.mask.at[3, 50:].set(False))  # unequal sizes
     new, metrics = fesem.round(state, batch)
-    own = np.asarray(base.flat_rows(state.local["params"]))
-    centres = np.asarray(base.flat_rows(state.shared["centers"]))
+    own = np.asarray(base.flat_rows(state.clients["params"]))
+    centres = np.asarray(base.flat_rows(state.server["centers"]))
     want = np.argmin(((own[:, None, :] - centres[None]) ** 2).sum(-1), axis=1)
     np.testing.assert_array_equal(np.asarray(metrics["cluster"]), want)
     sizes = np.asarray(batch.sizes, np.float64)
     for k in range(3):
         members = want == k
         if not members.any():
-            assert leaves_equal(row(new.shared["centers"], k), row(state.shared["centers"], k))
+            assert leaves_equal(row(new.server["centers"], k), row(state.server["centers"], k))
             continue
         p = sizes * members / (sizes * members).sum()
-        mean = jax.tree.map(lambda a: np.tensordot(p, np.asarray(a, np.float64), axes=(0, 0)), new.local["params"])
-        assert_trees_close(row(new.shared["centers"], k), mean)
+        mean = jax.tree.map(lambda a: np.tensordot(p, np.asarray(a, np.float64), axes=(0, 0)), new.clients["params"])
+        assert_trees_close(row(new.server["centers"], k), mean)
 
 
 def test_cfl_bipartition_by_hand():
@@ -273,16 +274,16 @@ def test_cfl_splits_only_when_allowed(fed):
     train, _ = fed
     state = start(cfl, fed)
     early, metrics = cfl.round(state, train)  # round 0 < start_round: no split
-    assert not np.any(np.asarray(metrics["split"])) and np.array_equal(np.asarray(early.shared["active"]), [1, 0, 0, 0])
-    assert np.all(np.asarray(early.local["cluster"]) == 0)
-    assert leaves_equal(row(early.shared["models"], 1), row(state.shared["models"], 1))  # inactive slots untouched
+    assert not np.any(np.asarray(metrics["split"])) and np.array_equal(np.asarray(early.server["active"]), [1, 0, 0, 0])
+    assert np.all(np.asarray(early.clients["cluster"]) == 0)
+    assert leaves_equal(row(early.server["models"], 1), row(state.server["models"], 1))  # inactive slots untouched
     late, metrics = cfl.round(early.replace(round=jnp.int32(2)), train)
-    clusters = np.asarray(late.local["cluster"])
-    assert bool(metrics["split"][0]) and np.array_equal(np.asarray(late.shared["active"]), [1, 1, 0, 0])
+    clusters = np.asarray(late.clients["cluster"])
+    assert bool(metrics["split"][0]) and np.array_equal(np.asarray(late.server["active"]), [1, 1, 0, 0])
     assert set(clusters.tolist()) == {0, 1}
     assert float(metrics["mean_norm"][0]) < float(metrics["max_norm"][0])  # a weighted mean is shorter than the longest
     # Members of a cluster share its model; the two new clusters differ.
-    assert not leaves_equal(row(late.shared["models"], 0), row(late.shared["models"], 1))
+    assert not leaves_equal(row(late.server["models"], 0), row(late.server["models"], 1))
 
 
 @pytest.mark.usefixtures("float32_matmuls")

@@ -80,7 +80,7 @@ def test_refuses_a_different_configuration_naming_the_fields(trained):
 
 def test_refuses_a_different_federation_size(trained):
     _, _, directory = trained
-    with pytest.raises(checkpoint.CheckpointError, match=r"arrays\.heads/TorchDense_0/kernel: checkpoint \"float32\[5, 8, 4\]\", now \"float32\[6, 8, 4\]\""):
+    with pytest.raises(checkpoint.CheckpointError, match=r"arrays\.clients/head/TorchDense_0/kernel: checkpoint \"float32\[5, 8, 4\]\", now \"float32\[6, 8, 4\]\""):
         checkpoint.restore(directory, T.init(0, num_clients=6), run={"dataset": "tiny"})
 
 

@@ -38,7 +38,7 @@ def test_same_seed_is_bit_identical(data, reference):
 
 def test_different_seed_differs(data, reference):
     state, _ = T.run(T.init(1, T.config("map")), data, ROUNDS, FRACTION)
-    assert not T.tree_equal(state.body, reference[0].body)
+    assert not T.tree_equal(state.server["body"], reference[0].server["body"])
 
 
 def test_map_and_sharded_map_are_bit_identical(data, reference):
@@ -57,9 +57,9 @@ def test_batched_strategies_agree_to_round_off(data, reference, strategy):
     state, history = T.run(T.init(0, T.config(strategy)), data, ROUNDS, FRACTION)
     assert T.tree_equal(state.round, reference[0].round)
     assert T.tree_equal(state.key, reference[0].key) and T.tree_equal(state.sampling_key, reference[0].sampling_key)
-    _close(state.body, reference[0].body)
-    _close(state.heads, reference[0].heads)
-    _close(state.centroids, reference[0].centroids)
+    _close(state.server["body"], reference[0].server["body"])
+    _close(state.clients, reference[0].clients)
+    _close(state.server["centroids"], reference[0].server["centroids"])
     for mine, ref in zip(history, reference[1]):
         np.testing.assert_array_equal(mine["client_ids"], ref["client_ids"])
         _close(mine["combination_weights"], ref["combination_weights"], atol=1e-4)

@@ -1,19 +1,22 @@
 """FedCollab: objective, greedy solver vs exhaustive search, discriminator distances, pair vmapping,
-coalition training, new-client placement, and the paper's data setups."""
+coalition training with every registry algorithm, new-client placement, and the paper's data setups
+(:mod:`pflax.suites.fedcollab`)."""
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
 
 import jax
 import numpy as np
 import pytest
 
-from pflax.algorithms import fedavg
-from pflax.data import DataError, from_partition, load_idx_dir
-from pflax.fedcollab import (DiscConfig, ablate, all_partitions, assign_new_client, canonical,
-                             estimate_distances, fmnist_label_shift, label_shift_partition, objective, objectives,
-                             permute_labels, rotate_symmetric, solve, train_coalitions)
-from pflax.fedcollab.distance import disc_splits
+from pflax.algorithms import REGISTRY, fedavg
+from pflax.algorithms.fedcollab import (DiscConfig, ablate, all_partitions, assign_new_client, canonical,
+                                        estimate_distances, objective, objectives, solve, train_coalitions)
+from pflax.algorithms.fedcollab.distance import disc_splits
+from pflax.data import DataError, from_partition, load_idx_dir, synthetic
+from pflax.suites.fedcollab import fmnist_label_shift, label_shift_partition, permute_labels, rotate_symmetric
 
 
 # ----------------------------------------------------------------------------------------- objective
@@ -195,6 +198,77 @@ def test_train_coalitions_singletons_equal_local_fedavg(tiny_federation, small_m
     assert acc[1] == pytest.approx(float(fedavg.evaluate(solo, one(test))["accuracy"][0]), abs=1e-6)
     grand = train_coalitions(fedavg, [0, 0, 0], small_mlp, train, test, key, cfg, rounds=2)
     assert grand.shape == (3,) and np.all((grand >= 0) & (grand <= 1))
+
+
+# Every algorithm runs inside coalitions through the contract (``init``, ``round(state, batch)``,
+# ``evaluate(state, test, train)``): 4 clients in 2 interleaved coalitions, one round of one epoch.
+ASSIGNMENT = [0, 1, 0, 1]
+BN_ALGORITHMS = ("fedbn", "fedpick")
+# Caps that keep one round small whatever the algorithm (only fields its Config has are touched).
+_CAPS = {"local_epochs": 1, "body_epochs": 1, "head_epochs": 1, "finetune_epochs": 1, "personal_epochs": 1,
+         "inner_steps": 2}
+
+
+def _coalition_federation(bn: bool):
+    """4 clients x 10 training / 5 test samples of 8x8 synthetic images (3-channel 16x16 for the BN
+    models)."""
+    size = 16 if bn else 8
+    ds = synthetic(num_classes=10, train_per_class=4, test_per_class=2, image_size=size, seed=2)
+    x_tr, x_te = ds.x_train, ds.x_test
+    if bn:  # the digits CNN takes 3 channels
+        x_tr, x_te = (np.repeat(np.asarray(a)[..., :1], 3, axis=-1) for a in (x_tr, x_te))
+    train = from_partition(x_tr, ds.y_train, [range(10 * i, 10 * i + 10) for i in range(4)])
+    test = from_partition(x_te, ds.y_test, [range(5 * i, 5 * i + 5) for i in range(4)])
+    return train, test
+
+
+def _coalition_model(name: str):
+    if name in BN_ALGORITHMS:
+        from pflax.models.bn import digits_cnn
+
+        return digits_cnn(num_classes=10, width=0.0625, image_size=16)
+    from pflax.models import mlp
+
+    return mlp(10, hidden=(8,))
+
+
+def _entry(name: str):
+    """The registry entry (a module's ``ALGORITHM`` where the registry still holds the module)."""
+    return getattr(REGISTRY[name], "ALGORITHM", REGISTRY[name])
+
+
+def _tiny_config(entry):
+    cfg = entry.Config()
+    names = {f.name for f in dataclasses.fields(cfg)}
+    return dataclasses.replace(cfg, **{k: min(getattr(cfg, k), cap) for k, cap in _CAPS.items() if k in names})
+
+
+@pytest.mark.parametrize("name", ["fedavg_ft", "knnper", "ditto", "pfedme", "perfedavg", "fedprox", "fednova"])
+def test_train_coalitions_runs_other_algorithms(name):
+    # FedAvg-FT, kNN-Per and Per-FedAvg personalise on the training split at evaluation: the coalition's
+    # own training data must reach ``evaluate`` (a TypeError before). A coalition's accuracies equal
+    # one run of the algorithm on its members alone, from the same key.
+    entry = _entry(name)
+    train, test = _coalition_federation(False)
+    model, cfg, key = _coalition_model(name), _tiny_config(entry), jax.random.key(0)
+    acc = train_coalitions(entry, ASSIGNMENT, model, train, test, key, cfg, rounds=1)
+    assert acc.shape == (4,) and np.all(np.isfinite(acc)) and np.all((acc >= 0) & (acc <= 1))
+    members = [0, 2]
+    own = lambda d: d.take(members).replace(client_ids=jax.numpy.arange(2, dtype=jax.numpy.int32))
+    state = entry.init(key, model, train.x[0, :1], 2, cfg)
+    state, _ = entry.round(state, own(train))
+    expected = np.asarray(entry.evaluate(state, own(test), own(train))["accuracy"])
+    np.testing.assert_allclose(acc[members], expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in BN_ALGORITHMS else n
+                                  for n in sorted(REGISTRY)])  # the BN CNNs compile for ~10 s each
+def test_train_coalitions_every_registry_algorithm(name):
+    module = importlib.import_module(f"pflax.algorithms.{name}")  # a module works as well as its entry
+    train, test = _coalition_federation(name in BN_ALGORITHMS)
+    acc = train_coalitions(module, ASSIGNMENT, _coalition_model(name), train, test, jax.random.key(1),
+                           _tiny_config(module), rounds=1)
+    assert acc.shape == (4,) and np.all(np.isfinite(acc)) and np.all((acc >= 0) & (acc <= 1))
 
 
 # --------------------------------------------------------------------------------------------- setups

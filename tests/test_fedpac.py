@@ -59,7 +59,7 @@ def test_vmapped_and_sequential_execution_agree(tiny_federation, small_mlp):
         state = _init(small_mlp, train, cfg)
         for _ in range(2):
             state, m = fedpac.round(state, train, test)
-        out[strategy] = (state.body, state.heads, m["combination_weights"])
+        out[strategy] = (state.server["body"], state.clients["head"], m["combination_weights"])
     _leaves_equal(out["map"], out["vmap"], exact=False, atol=2e-5)
     _leaves_equal(out["map"], out["chunked"], exact=False, atol=2e-5)
 
@@ -69,7 +69,8 @@ def test_no_collaboration_keeps_local_heads(tiny_federation, small_mlp):
     cfg = dataclasses.replace(CFG, classifier_collaboration=False)
     state, m = fedpac.round(_init(small_mlp, train, cfg), train, test)
     np.testing.assert_array_equal(np.asarray(m["combination_weights"]), np.eye(train.num_clients))
-    heads = np.asarray(state.heads["Dense_0" if "Dense_0" in state.heads else "TorchDense_0"]["kernel"])
+    heads = state.clients["head"]
+    heads = np.asarray(heads["Dense_0" if "Dense_0" in heads else "TorchDense_0"]["kernel"])
     assert not np.allclose(heads[0], heads[1])  # personal heads diverge
 
 
@@ -79,11 +80,11 @@ def test_no_alignment_in_round_zero_official(tiny_federation, small_mlp):
     huge = base.replace(config=dataclasses.replace(CFG, lam=1e4))
     s_a, _ = fedpac.round(base, train)
     s_b, _ = fedpac.round(huge, train)
-    _leaves_equal(s_a.body, s_b.body)  # lambda is irrelevant in round 0
+    _leaves_equal(s_a.server["body"], s_b.server["body"])  # lambda is irrelevant in round 0
     s_a2, _ = fedpac.round(s_a, train)
     s_b2, _ = fedpac.round(s_a.replace(config=huge.config), train)
     with pytest.raises(AssertionError):
-        _leaves_equal(s_a2.body, s_b2.body)  # ... and matters from round 1 on
+        _leaves_equal(s_a2.server["body"], s_b2.server["body"])  # ... and matters from round 1 on
 
 
 def test_feature_alignment_switch(tiny_federation, small_mlp):
@@ -92,7 +93,7 @@ def test_feature_alignment_switch(tiny_federation, small_mlp):
     on, _ = fedpac.round(s0, train)
     off, _ = fedpac.round(s0.replace(config=dataclasses.replace(CFG, feature_alignment=False)), train)
     with pytest.raises(AssertionError):
-        _leaves_equal(on.body, off.body)
+        _leaves_equal(on.server["body"], off.server["body"])
 
 
 def test_partial_participation(tiny_federation, small_mlp):
@@ -103,7 +104,7 @@ def test_partial_participation(tiny_federation, small_mlp):
     new, m = fedpac.round(state, train.take(ids), test.take(ids))
     assert m["combination_weights"].shape == (4, 4)
     others = np.setdiff1d(np.arange(8), np.asarray(ids))
-    for leaf_new, leaf_old in zip(jax.tree.leaves(new.heads), jax.tree.leaves(state.heads)):
+    for leaf_new, leaf_old in zip(jax.tree.leaves(new.clients), jax.tree.leaves(state.clients)):
         np.testing.assert_array_equal(np.asarray(leaf_new)[others], np.asarray(leaf_old)[others])
         assert not np.allclose(np.asarray(leaf_new)[np.asarray(ids)], np.asarray(leaf_old)[np.asarray(ids)])
     # sampling is its own stream: a different round gives another draw, same round the same draw
@@ -124,18 +125,18 @@ def test_empty_client_and_missing_classes_never_produce_nan(tiny_federation, sma
     w = np.asarray(m["combination_weights"])
     np.testing.assert_array_equal(w[2], np.eye(8)[2])  # keeps its own head
     assert np.all(w[:, 2][np.arange(8) != 2] == 0)  # never a candidate
-    assert not bool(state.centroid_valid[9])  # never seen: stays undefined
+    assert not bool(state.server["centroid_valid"][9])  # never seen: stays undefined
     assert float(m["n"][2]) == 0
 
 
 def test_absent_class_keeps_previous_centroid(tiny_federation, small_mlp):
     _, train, _ = tiny_federation
     state, _ = fedpac.round(_init(small_mlp, train), train)
-    assert bool(state.centroid_valid.all())
+    assert bool(state.server["centroid_valid"].all())
     y = jnp.where(train.y == 3, 4, train.y)
     state2, _ = fedpac.round(state, train.replace(y=y))
-    np.testing.assert_array_equal(np.asarray(state2.centroids[3]), np.asarray(state.centroids[3]))
-    assert not np.array_equal(np.asarray(state2.centroids[4]), np.asarray(state.centroids[4]))
+    np.testing.assert_array_equal(np.asarray(state2.server["centroids"][3]), np.asarray(state.server["centroids"][3]))
+    assert not np.array_equal(np.asarray(state2.server["centroids"][4]), np.asarray(state.server["centroids"][4]))
 
 
 def test_divergence_is_caught_and_state_kept(tiny_federation, small_mlp):
@@ -154,7 +155,8 @@ def test_config_rejects_out_of_range(field, value):
 
 
 def test_short_real_fashion_mnist_run_learns(fmnist_dir):
-    from pflax.data import federate_fedpac, load_idx_dir
+    from pflax.data import load_idx_dir
+    from pflax.suites.fedpac import federate_fedpac
 
     ds = load_idx_dir(fmnist_dir, "fashion_mnist")
     assert ds.x_train.shape == (60000, 28, 28, 1) and ds.num_classes == 10

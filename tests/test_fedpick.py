@@ -83,7 +83,7 @@ def test_evaluation_is_deterministic_and_uses_no_noise(tiny_model, tiny_batch):
 
 
 def test_compiled_init_equals_eager_init(tiny_model):
-    # fedpick.init builds encoder, heads and PFSM as one compiled program; the values must be those
+    # fedpick.init builds body, heads and PFSM as one compiled program; the values must be those
     # of calling the initialisers one by one (as the models' own eager/compiled init test does).
     x = jnp.zeros((1, 16, 16, 3))
     state = fedpick.init(jax.random.PRNGKey(5), tiny_model, x, N_CLIENTS)
@@ -161,7 +161,7 @@ def test_round_averages_exactly_the_non_bn_non_pfsm_leaves(tiny_model, tiny_batc
     new, _ = fedpick.round(state, tiny_batch)
     cfg = state.config
     # Each client's training, redone by hand from the same start and key.
-    train_one = jax.jit(lambda start, c: leafwise._train(start, fedpick.objective, tiny_model, cfg, c)[0])
+    train_one = jax.jit(lambda start, c: leafwise.local_train(start, c, tiny_model, cfg, fedpick.objective)[0])
     trained = []
     for i, key in enumerate(_client_keys(state, range(N_CLIENTS))):
         start = jax.tree.map(lambda a: a[i], state.clients)
@@ -193,7 +193,7 @@ def test_round_averages_exactly_the_non_bn_non_pfsm_leaves(tiny_model, tiny_batc
             np.testing.assert_array_equal(np.asarray(leaves_new_server[j]), np.asarray(leaves_old_server[j]))
     assert n_shared and n_bn and n_pfsm
     # BN running statistics really differ between clients (they saw different data).
-    stats = np.asarray(new.clients["batch_stats"]["encoder"]["bn0"]["mean"])
+    stats = np.asarray(new.clients["batch_stats"]["body"]["bn0"]["mean"])
     assert not np.allclose(stats[0], stats[1])
 
 
@@ -209,7 +209,7 @@ def test_share_ablations_average_what_they_name(tiny_model):
     share_bn = _shared_paths(fedpick.Config(share_bn=True), v)
     share_pfsm = _shared_paths(fedpick.Config(share_pfsm=True), v)
     assert not any("/bn" in p or p.startswith("batch_stats") or "/pfsm/" in p for p in default)
-    assert "batch_stats/encoder/bn0/mean" in share_bn and "params/head/bn1/scale" in share_bn
+    assert "batch_stats/body/bn0/mean" in share_bn and "params/head/bn1/scale" in share_bn
     assert not any("/pfsm/" in p for p in share_bn)
     assert "params/pfsm/mask/fc0/kernel" in share_pfsm and "params/pfsm/head_p/out/kernel" in share_pfsm
     assert "params/pfsm/head_p/bn0/scale" not in share_pfsm  # BN stays local unless share_bn
@@ -220,40 +220,40 @@ def test_without_pfsm_fedpick_is_fedbn(tiny_model, tiny_batch):
     key = jax.random.PRNGKey(0)
     pick = fedpick.init(key, tiny_model, tiny_batch.x[0], N_CLIENTS, fedpick.Config(use_pfsm=False))
     bn = fedbn.init(key, tiny_model, tiny_batch.x[0], N_CLIENTS)
-    # Same encoder/head initialisation needs the same model key: rebuild FedBN's from FedPick's variables.
+    # Same body/head initialisation needs the same model key: rebuild FedBN's from FedPick's variables.
     variables = jax.tree.map(lambda a: a[0], pick.clients)
-    variables = {c: {p: variables[c][p] for p in ("encoder", "head")} for c in variables}
+    variables = {c: {p: variables[c][p] for p in ("body", "head")} for c in variables}
     bn = leafwise.init_from_variables(jax.random.PRNGKey(1), variables, N_CLIENTS, tiny_model, fedbn.Config())
     bn = bn.replace(key=pick.key)
     pick, m1 = fedpick.round(pick, tiny_batch)
     bn, m2 = fedbn.round(bn, tiny_batch)
     np.testing.assert_allclose(np.asarray(m1["loss"]), np.asarray(m2["loss"]), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(pick.server["params"]["encoder"]["conv0"]["kernel"]),
-                               np.asarray(bn.server["params"]["encoder"]["conv0"]["kernel"]), rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(np.asarray(pick.clients["batch_stats"]["encoder"]["bn0"]["var"]),
-                               np.asarray(bn.clients["batch_stats"]["encoder"]["bn0"]["var"]), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(pick.server["params"]["body"]["conv0"]["kernel"]),
+                               np.asarray(bn.server["params"]["body"]["conv0"]["kernel"]), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(pick.clients["batch_stats"]["body"]["bn0"]["var"]),
+                               np.asarray(bn.clients["batch_stats"]["body"]["bn0"]["var"]), rtol=1e-6)
 
 
 def test_partial_sharing_rules(tiny_model):
     v = tiny_model.init(jax.random.PRNGKey(0), jnp.zeros((1, 16, 16, 3)))
-    every = _shared_paths(leafwise.Config(sharing=leafwise.Sharing(("encoder", "head"), bn=True)), v)
+    every = _shared_paths(leafwise.Config(sharing=leafwise.Sharing(("body", "head"), bn=True)), v)
     is_bn = lambda p: "/bn" in p or p.startswith("batch_stats")
-    assert _shared_paths(leafwise.fedavg(), v) == every
-    assert _shared_paths(leafwise.fedprox(), v) == every
-    assert _shared_paths(leafwise.fedbn(), v) == {p for p in every if not is_bn(p)}
-    assert _shared_paths(leafwise.fedper(), v) == {p for p in every if "/encoder/" in p}
-    assert _shared_paths(leafwise.fedrep(), v) == {p for p in every if "/encoder/" in p}
-    assert _shared_paths(leafwise.lg_fedavg(), v) == {p for p in every if "/head/" in p}
-    assert _shared_paths(leafwise.local_only(), v) == set()
-    assert fedbn.Config().sharing == leafwise.fedbn().sharing
+    assert _shared_paths(leafwise.rule("fedavg"), v) == every
+    assert _shared_paths(leafwise.rule("fedprox"), v) == every
+    assert _shared_paths(leafwise.rule("fedbn"), v) == {p for p in every if not is_bn(p)}
+    assert _shared_paths(leafwise.rule("fedper"), v) == {p for p in every if "/body/" in p}
+    assert _shared_paths(leafwise.rule("fedrep"), v) == {p for p in every if "/body/" in p}
+    assert _shared_paths(leafwise.rule("lg_fedavg"), v) == {p for p in every if "/head/" in p}
+    assert _shared_paths(leafwise.rule("local_only"), v) == set()
+    assert fedbn.Config().sharing == leafwise.rule("fedbn").sharing
 
 
 def test_fedrep_trains_head_before_body_with_the_other_frozen(tiny_model, tiny_batch):
-    cfg = leafwise.fedrep(head_epochs=1, local_epochs=0)  # head phase only: the encoder must not move
+    cfg = leafwise.rule("fedrep", head_epochs=1, local_epochs=0)  # head phase only: the body must not move
     state = leafwise.init(jax.random.PRNGKey(0), tiny_model, tiny_batch.x[0], N_CLIENTS, cfg)
     new, _ = leafwise.round(state, tiny_batch)
-    np.testing.assert_array_equal(np.asarray(new.clients["params"]["encoder"]["conv0"]["kernel"]),
-                                  np.asarray(state.clients["params"]["encoder"]["conv0"]["kernel"]))
+    np.testing.assert_array_equal(np.asarray(new.clients["params"]["body"]["conv0"]["kernel"]),
+                                  np.asarray(state.clients["params"]["body"]["conv0"]["kernel"]))
     assert not np.allclose(np.asarray(new.clients["params"]["head"]["out"]["kernel"]),
                            np.asarray(state.clients["params"]["head"]["out"]["kernel"]))
 
@@ -268,7 +268,7 @@ def test_config_validation():
     with pytest.raises(ValueError, match="lam"):
         fedpick.Config(lam_dis=-1.0)
     with pytest.raises(ValueError, match="prox_mu"):
-        leafwise.fedprox(mu=-0.1)
+        leafwise.rule("fedprox", prox_mu=-0.1)
     assert fedpick.Config.office().tau == 1.0 and fedpick.Config.digits().lam_dis == 10.0
 
 
@@ -301,8 +301,8 @@ def test_alexnet_bn_shapes():
     model = alexnet_bn(10)
     variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 256, 256, 3))))
     assert model.feature_dim == 4096
-    assert variables["params"]["encoder"]["fc0"]["kernel"].shape == (256 * 6 * 6, 4096)
-    assert len(variables["batch_stats"]["encoder"]) == 7  # BN after every conv and FC layer
+    assert variables["params"]["body"]["fc0"]["kernel"].shape == (256 * 6 * 6, 4096)
+    assert len(variables["batch_stats"]["body"]) == 7  # BN after every conv and FC layer
     out = jax.eval_shape(lambda v: model.logits(v, jnp.zeros((2, 256, 256, 3)))[0], variables)
     assert out.shape == (2, 10)
     # PyTorch's adaptive pooling windows: 7 -> 6 overlaps neighbouring windows by one pixel.

@@ -72,10 +72,10 @@ def _round_temp_bytes(algorithm: str, strategy: str, num_clients: int) -> tuple[
         cfg = algo.Config(execution=execution, batch_size=4, local_epochs=1)
     state = algo.init(jax.random.PRNGKey(0), model, x[0], num_clients, cfg)
     # IFCA's and FedEM's shared state is k models; one of them is the unit of growth.
-    global_model = {"fedavg": lambda: state.params, "fedpac": lambda: state.body,
-                    "ifca": lambda: base.pick(state.shared, 0), "fedem": lambda: base.pick(state.shared, 0),
+    global_model = {"fedavg": lambda: state.params, "fedpac": lambda: state.server["body"],
+                    "ifca": lambda: base.pick(state.server, 0), "fedem": lambda: base.pick(state.server, 0),
                     "pfedhn": lambda: model.init(jax.random.PRNGKey(0), x[0]),  # the generated model
-                    }.get(algorithm, lambda: state.shared)()
+                    }.get(algorithm, lambda: state.server)()
     model_bytes = sum(a.nbytes for a in jax.tree.leaves(global_model))
     # Buffer sizes are fixed by XLA's buffer assignment, before LLVM code generation; skipping LLVM's
     # optimisations halves the compile time and leaves them unchanged (checked: identical temp sizes).

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from pflax.algorithms import cfl, fedem, knnper
-from pflax.core import aggregate, execution, qp, stats
+from pflax.algorithms.fedpac import combination
+from pflax.core import aggregate, execution, stats
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -57,8 +58,8 @@ PRIMITIVES = {
     "aggregate_centroids": lambda: (
         aggregate.aggregate_centroids, jnp.ones((M, K, D)), jnp.ones((M, K)), jnp.zeros((K, D)), jnp.zeros((K,), bool)),
     "class_sums": lambda: (lambda f, y, mk: stats.class_sums(f, y, mk, K), FEATURES, LABELS, MASK),
-    "qp_matrices_float32": lambda: (qp.combination_matrices, jnp.ones((M,)), jnp.ones((M, K, D))),
-    "qp_official_eigen_rebuild_float32": lambda: (qp._official_preprocess, jnp.eye(M) - 0.5, jnp.int32(0)),
+    "qp_matrices_float32": lambda: (combination.combination_matrices, jnp.ones((M,)), jnp.ones((M, K, D))),
+    "qp_official_eigen_rebuild_float32": lambda: (combination._official_preprocess, jnp.eye(M) - 0.5, jnp.int32(0)),
     "sum_over_valid_clients": lambda: (execution._sum_valid, _tree(M), jnp.array([True, True, False, True])),
     "cfl_cosine_similarities": lambda: (cfl.cosine_similarities, jnp.ones((M, 7))),
     "knn_probabilities": lambda: (

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pflax.algorithms.fedpac import combination
 from pflax.core import qp
 
 
@@ -41,7 +42,7 @@ def brute_force_simplex_qp(p: np.ndarray) -> tuple[np.ndarray, float]:
 
 def _p(v, h, i):
     with jax.enable_x64(True):
-        return np.asarray(qp.combination_matrices(jnp.asarray(v, jnp.float64), jnp.asarray(h, jnp.float64))[i])
+        return np.asarray(combination.combination_matrices(jnp.asarray(v, jnp.float64), jnp.asarray(h, jnp.float64))[i])
 
 
 def _solve(p):
@@ -82,21 +83,21 @@ def test_equal_h_gives_inverse_variance_weights():
     rng = np.random.default_rng(1)
     v = rng.uniform(0.2, 2.0, 6)
     h = np.repeat(rng.normal(size=(1, 4, 3)), 6, axis=0)
-    w = np.asarray(qp.combination_weights(jnp.asarray(v, jnp.float32), jnp.asarray(h, jnp.float32), threshold=0.0))
+    w = np.asarray(combination.combination_weights(jnp.asarray(v, jnp.float32), jnp.asarray(h, jnp.float32), threshold=0.0))
     expected = (1 / v) / (1 / v).sum()
     np.testing.assert_allclose(w, np.broadcast_to(expected, (6, 6)), atol=1e-6)
 
 
 def test_single_client_keeps_itself():
-    w = qp.combination_weights(jnp.array([0.3]), jnp.ones((1, 2, 2)))
+    w = combination.combination_weights(jnp.array([0.3]), jnp.ones((1, 2, 2)))
     np.testing.assert_array_equal(np.asarray(w), [[1.0]])
 
 
 def test_zero_variance_identical_clients_deterministic_tie_break():
     v = jnp.zeros(4)
     h = jnp.ones((4, 3, 2))
-    w1 = np.asarray(qp.combination_weights(v, h))
-    w2 = np.asarray(qp.combination_weights(v, h))
+    w1 = np.asarray(combination.combination_weights(v, h))
+    w2 = np.asarray(combination.combination_weights(v, h))
     np.testing.assert_array_equal(w1, w2)
     np.testing.assert_allclose(w1, 0.25, atol=1e-6)  # the ridge breaks the tie uniformly
     assert np.all(np.isfinite(w1))
@@ -105,13 +106,13 @@ def test_zero_variance_identical_clients_deterministic_tie_break():
 def test_zero_variance_distinct_client_prefers_itself():
     # v_i = 0 and a distinct H: self-weight 1 is optimal (objective 0)
     h = jnp.asarray(np.random.default_rng(2).normal(size=(3, 2, 2)), jnp.float32)
-    w = np.asarray(qp.combination_weights(jnp.zeros(3), h))
+    w = np.asarray(combination.combination_weights(jnp.zeros(3), h))
     np.testing.assert_allclose(w, np.eye(3), atol=1e-6)
 
 
 def test_threshold_then_renormalise():
     alpha = jnp.array([0.5, 0.4995, 0.0005])
-    out = np.asarray(qp.threshold_and_renormalize(alpha, 1e-3))
+    out = np.asarray(combination.threshold_and_renormalize(alpha, 1e-3))
     np.testing.assert_allclose(out, [0.5 / 0.9995, 0.4995 / 0.9995, 0.0], rtol=1e-6)
 
 
@@ -120,7 +121,7 @@ def test_non_participating_slots_get_no_weight_and_keep_themselves():
     v = jnp.asarray(rng.uniform(0.1, 1, 5), jnp.float32)
     h = jnp.asarray(rng.normal(size=(5, 2, 3)), jnp.float32)
     mask = jnp.array([True, True, False, True, True])
-    w = np.asarray(qp.combination_weights(v, h, mask))
+    w = np.asarray(combination.combination_weights(v, h, mask))
     assert np.all(w[[0, 1, 3, 4], 2] == 0)
     np.testing.assert_array_equal(w[2], np.eye(5)[2])
     np.testing.assert_allclose(w.sum(1), 1, atol=1e-6)
@@ -130,8 +131,8 @@ def test_official_mode_agrees_on_well_conditioned_problems():
     rng = np.random.default_rng(4)
     v = jnp.asarray(rng.uniform(0.5, 1, 5), jnp.float32)
     h = jnp.asarray(rng.normal(size=(5, 2, 3)), jnp.float32)
-    exact = np.asarray(qp.combination_weights(v, h))
-    official = np.asarray(qp.combination_weights(v, h, mode="official"))
+    exact = np.asarray(combination.combination_weights(v, h))
+    official = np.asarray(combination.combination_weights(v, h, mode="official"))
     np.testing.assert_allclose(exact, official, atol=1e-4)
 
 
@@ -139,7 +140,7 @@ def test_solves_in_float64_without_touching_global_x64():
     assert not jax.config.jax_enable_x64
     # a problem whose answer needs float64: weights differ below float32 resolution of P's entries
     v = jnp.array([1.0, 1.0 + 1e-7])
-    w = qp.combination_weights(v, jnp.zeros((2, 1, 1)), threshold=0.0)
+    w = combination.combination_weights(v, jnp.zeros((2, 1, 1)), threshold=0.0)
     assert w.dtype == jnp.float32
     assert float(w[0, 0]) > float(w[0, 1])
     assert not jax.config.jax_enable_x64
@@ -150,9 +151,9 @@ def test_jit_and_vmap_compatible():
     rng = np.random.default_rng(5)
     v = jnp.asarray(rng.uniform(0.1, 1, (3, 4)), jnp.float32)
     h = jnp.asarray(rng.normal(size=(3, 4, 2, 2)), jnp.float32)
-    batched = jax.jit(jax.vmap(qp.combination_weights))(v, h)
+    batched = jax.jit(jax.vmap(combination.combination_weights))(v, h)
     for b in range(3):
-        np.testing.assert_allclose(batched[b], qp.combination_weights(v[b], h[b]), atol=1e-6)
+        np.testing.assert_allclose(batched[b], combination.combination_weights(v[b], h[b]), atol=1e-6)
 
 
 def test_eager_call_is_one_compiled_program_equal_to_the_traced_one():
@@ -169,11 +170,11 @@ def test_eager_call_is_one_compiled_program_equal_to_the_traced_one():
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
-        eager = np.asarray(qp.combination_weights(v, h))
+        eager = np.asarray(combination.combination_weights(v, h))
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert len(lowered) <= 5, f"{len(lowered)} programs lowered for one eager call"  # op by op: ~80
-    traced = np.asarray(jax.jit(qp.combination_weights)(v, h))
+    traced = np.asarray(jax.jit(combination.combination_weights)(v, h))
     np.testing.assert_allclose(eager, traced, atol=1e-6)
     np.testing.assert_allclose(eager.sum(1), 1.0, atol=1e-6)
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pflax.algorithms.fedpac import combination
 from pflax.core import qp
 
 TOL = 1e-6
@@ -100,7 +101,7 @@ def test_combination_weights_rows_on_simplex_without_fallback():
     rng = np.random.default_rng(0)
     v = jnp.asarray(rng.uniform(0.1, 1, 9), jnp.float32)  # positive: zero variance would rightly take weight 1
     h = jnp.asarray(np.repeat(rng.standard_normal((3, 2, 4)), 3, axis=0), jnp.float32)  # 3 groups of identical clients
-    w = np.asarray(qp.combination_weights(v, h))
+    w = np.asarray(combination.combination_weights(v, h))
     assert np.all(np.isfinite(w)) and np.all(w >= 0)
     np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-6)
     # Identical clients with positive variances always pool (inverse-variance weights): no row is e_i.

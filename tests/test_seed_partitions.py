@@ -9,10 +9,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pflax.data import (
-    PATHOLOGICAL_CLASSES, ROTATION_ANGLES, DataError, class_counts, concept_shift, concept_shift_maps, data_scarce,
-    dirichlet_matched, dominant_groups, draw_sizes, fedpac_shards, fedpac_shards_sized, from_partition,
-    imbalanced_sizes, pathological, pathological_class_sets, quantity_skew, relabel, relabel_clients, rotate_clients,
-    rotate_images, rotation_angles, rotation_skew,
+    DataError, class_counts, concept_shift_maps, dominant_groups, fedpac_shards, fedpac_shards_sized, from_partition,
+    quantity_skew, relabel, relabel_clients, rotate_clients, rotate_images, rotation_angles,
+)
+from pflax.suites.fedpac import (
+    PATHOLOGICAL_CLASSES, ROTATION_ANGLES, concept_shift, data_scarce, dirichlet_matched, draw_sizes, imbalanced_sizes,
+    pathological, pathological_class_sets, rotation_skew,
 )
 from pflax.metrics import EVALUATION_STAGES, evaluated_model, ipr_rsd, summarize
 
@@ -201,6 +203,20 @@ def test_pathological_table7_sizes_and_matching_test_split():
     assert all(np.unique(c).size == c.size for c in test)  # no repeats inside a client
     with pytest.raises(DataError, match="exhausted"):
         pathological(y_test, 20, 300, class_sets=sets, disjoint=True)
+
+
+def test_pathological_table7_is_the_generic_partition_with_the_table_settings():
+    from pflax import data
+
+    for mode in ("random", "clustered"):
+        table, table_sets = pathological(Y, 20, 60, mode=mode, seed=3)
+        generic, generic_sets = data.pathological(Y, 20, 60, PATHOLOGICAL_CLASSES, mode, seed=3)
+        assert same_partition(table, generic) and same_partition(table_sets, generic_sets)
+    with pytest.raises(DataError, match="classes_per_group"):
+        data.pathological(Y, 4, 60)
+    train, test = dirichlet_matched(Y, Y[:500], seed=2)
+    generic_train, generic_test = data.dirichlet_matched(Y, Y[:500], 100, 1.0, 2)
+    assert same_partition(train, generic_train) and same_partition(test, generic_test)
 
 
 def test_pathological_errors():

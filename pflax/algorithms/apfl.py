@@ -1,8 +1,10 @@
-"""APFL (Deng et al., 2020): a global model ``w`` and a local model ``v_i``, mixed for prediction.
+"""APFL (Deng, Kamani and Mahdavi, "Adaptive Personalized Federated Learning", arXiv:2003.13461, 2020;
+official code: https://github.com/MLOPTPSU/FedTorch): a global model ``w`` and a local model ``v_i``,
+mixed for prediction (:mod:`pflax.algorithms.personal`).
 
 Each client's personalized model is ``alpha * v_i + (1 - alpha) * w``. One round, for the
-participants: starting from the global model ``w^t`` and its own ``v_i``, each one runs
-``local_epochs`` (E = 5) epochs where every minibatch updates both
+participants (the paper's Algorithm 1 with a fixed ``alpha``): starting from the global model ``w^t``
+and its own ``v_i``, each one runs ``local_epochs`` (E = 5) epochs where every minibatch updates both
 
     w   <- w   - lr * grad_w f_i(w)
     v_i <- v_i - lr * grad_v f_i(alpha v_i + (1 - alpha) w) = v_i - lr * alpha * grad f_i(mixed)
@@ -10,10 +12,22 @@ participants: starting from the global model ``w^t`` and its own ``v_i``, each o
 (the mixed model's loss is differentiated with respect to ``v_i`` only; ``w`` is a constant there),
 and uploads ``w``. The server takes the sample-size weighted mean of the uploaded ``w``.
 
-Deliberate choices: ``alpha = 0.25`` fixed (FedPAC's tuned value, spec D; the paper's adaptive alpha
-is not used); both updates share one fresh PyTorch SGD per round (per-leaf momentum and weight decay,
-so it is the same as two optimisers) on the same minibatches. Every ``v_i`` starts as the initial
-global model. Evaluation: the mixed model on each client's own test split.
+Deliberate choices: ``alpha = 0.25`` fixed (FedPAC's tuned value, Xu et al., ICLR 2023, Appendix B.3,
+searched over {0.25, 0.5, 0.75}; the paper's adaptive alpha is not used); both updates share one fresh
+PyTorch SGD per round (FedPAC's common setting; per-leaf momentum and weight decay, so it is the same
+as two optimisers) on the same minibatches. Every ``v_i`` starts as the initial global model.
+Evaluation: the mixed model on each client's own test split.
+
+>>> import jax
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
+>>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
+>>> state, metrics = round(state, train, test)
+>>> evaluate(state, test)["accuracy"].shape
+(2,)
 """
 from __future__ import annotations
 
@@ -21,15 +35,21 @@ import dataclasses
 
 import jax
 
-from . import base
-from .base import State, check_inputs, sample_clients
-from .common import init_on_execution_devices
+from ..core.federated import State, sample_clients
+from . import base, personal
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "mixed"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs", "mixed",
+           "local_update"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """APFL's setting on top of the common SGD setting.
+
+    Attributes:
+      alpha: the personal model's share of the mixture ``alpha v_i + (1 - alpha) w``, in [0, 1].
+    """
+
     alpha: float = 0.25
 
     def __post_init__(self):
@@ -37,47 +57,47 @@ class Config(base.SGDConfig):
         base.require(0.0 <= self.alpha <= 1.0, f"APFL alpha must be in [0, 1], got {self.alpha}")
 
 
-@init_on_execution_devices
-def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """``shared`` = the global model w; ``local`` = every client's local model v_i."""
-    return base.init_state(key, model, sample_x, num_clients, config, lambda params: (params, params))
-
-
 def mixed(local, global_params, alpha: float):
-    """The personalized model ``alpha * v + (1 - alpha) * w``."""
+    """The personalized model ``alpha * v + (1 - alpha) * w``.
+
+    Args:
+      local: the local model ``v``.
+      global_params: the global model ``w`` (same tree).
+      alpha: the local model's share.
+
+    Returns:
+      The mixed tree.
+
+    >>> import jax.numpy as jnp
+    >>> mixed({"a": jnp.array(4.0)}, {"a": jnp.array(0.0)}, 0.25)["a"].tolist()
+    1.0
+    """
     return jax.tree.map(lambda v, w: alpha * v + (1.0 - alpha) * w, local, global_params)
 
 
-def _client_update(client, global_params, model, cfg: Config):
+def local_update(w, participant: dict, model, cfg: Config):
+    """One participant's APFL update: ``w`` and ``v_i`` trained together on the same minibatches.
+
+    Args:
+      w: the received global model ``w^t``.
+      participant: ``x``, ``y``, ``mask``, ``key`` and ``client`` (its local model ``v_i``).
+      model, cfg: the split model and the config.
+
+    Returns:
+      ``(w_i, v_i, {"n", "loss"})``.
+    """
     ce = base.ce_loss(model)
 
-    def loss(p, batch, w):
+    def loss(p, batch, weights):
         # w's gradient comes from its own loss only; v's from the mixed model with w held constant.
-        personal = mixed(p["v"], jax.lax.stop_gradient(p["w"]), cfg.alpha)
-        return ce(p["w"], batch, w) + ce(personal, batch, w)
+        personal_model = mixed(p["v"], jax.lax.stop_gradient(p["w"]), cfg.alpha)
+        return ce(p["w"], batch, weights) + ce(personal_model, batch, weights)
 
-    params, loss_value = base.train({"w": global_params, "v": client["local"]}, loss, client, cfg)
-    return {"global": params["w"], "local": params["v"], "n": base.num_samples(client), "loss": loss_value}
-
-
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    out, shared = base.run_clients_and_average(
-        state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg), "global", state.shared)
-    new_state, metrics = base.finish_round(state, batch, shared, out["local"], {"n": out["n"], "loss": out["loss"]})
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+    params, loss_value = base.train({"w": w, "v": participant["client"]}, loss, participant, cfg)
+    return params["w"], params["v"], {"n": base.num_samples(participant), "loss": loss_value}
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One APFL round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
-
-
-def _evaluate(state: State, test):
-    alpha = state.config.alpha
-    return base.evaluate_personal(state, test, lambda c, w: mixed(c["local"], w, alpha))
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "The mixed model alpha v_i + (1 - alpha) w on each client's test split."
+ALGORITHM = personal.algorithm("apfl", Config, local_update,
+                               "APFL: global and local models, scored as their fixed mixture",
+                               personalized=lambda v, w, cfg: mixed(v, w, cfg.alpha))
+init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs

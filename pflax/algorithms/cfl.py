@@ -1,7 +1,10 @@
-"""CFL (Sattler et al., 2020): clustered FL by recursive bi-partitioning of the client population.
+"""CFL (Sattler et al., 2020, "Clustered Federated Learning: Model-Agnostic Distributed Multitask
+Optimization Under Privacy Constraints", IEEE TNNLS, Algorithm 1;
+https://github.com/felisat/clustered-federated-learning): clustered FL by recursive bi-partitioning of
+the client population.
 
-State: ``shared`` = ``{"models": max_clusters cluster models, "active": [max_clusters]}`` (static
-maximum, slot 0 active at the start, every slot starting as the same initial model); ``local`` =
+State: ``server`` = ``{"models": max_clusters cluster models, "active": [max_clusters]}`` (static
+maximum, slot 0 active at the start, every slot starting as the same initial model); ``clients`` =
 every client's cluster ``{"cluster": int32}`` (all 0 at the start).
 
 One round, for the participants: each one trains its cluster's model ``theta_c`` for
@@ -17,19 +20,21 @@ start of the round, with ``p_i = n_i / sum_{j in c} n_j`` over its participants 
   ``-cos(dtheta_i, dtheta_j)`` (cosine similarities with a guarded norm: a zero update has similarity
   0); the second group moves to the first free slot, which starts from ``theta_c``;
 * finally every cluster model becomes ``theta_c + sum_i p_i dtheta_i`` over its (new) members (the
-  weighted mean of their trained models); a cluster without participants keeps its model.
+  weighted mean of their trained models, :func:`pflax.algorithms.clustered.member_means` over the
+  stacked uploads: the splits are decided after every upload); a cluster without participants keeps
+  its model.
 
 Clusters are examined in slot order; a cluster created in this round is not examined again before the
 next round. Evaluation: each client's cluster model on its own test split.
 
-Defaults and sources (FL-bench ``cfl.py`` and the official notebook): ``eps1 = 0.4``,
-``eps2 = 1.6``, ``min_cluster_size = 2`` (split only clusters of at least 3), ``start_round = 20``,
-complete linkage (the official code's ``AgglomerativeClustering(linkage="complete")`` on ``-S``);
-``linkage="single"`` gives the bipartition that exactly minimises the maximal cross-cluster similarity
-(the paper's criterion). The thresholds are absolute update norms, so they depend on lr, E and the
-model: with FedPAC's setting (lr 0.01, E = 5) re-tune them (watch ``metrics["mean_norm"]`` and
-``metrics["max_norm"]``). ``max_clusters = 8`` is the static maximum that keeps ``round`` jit-able;
-once every slot is in use no more splits happen.
+Defaults and sources (FL-bench, https://github.com/KarhouTam/FL-bench, ``cfl.py``, and the official
+notebook): ``eps1 = 0.4``, ``eps2 = 1.6``, ``min_cluster_size = 2`` (split only clusters of at least
+3), ``start_round = 20``, complete linkage (the official code's
+``AgglomerativeClustering(linkage="complete")`` on ``-S``); ``linkage="single"`` gives the bipartition
+that exactly minimises the maximal cross-cluster similarity (the paper's criterion). The thresholds are
+absolute update norms, so they depend on lr, E and the model: with FedPAC's setting (lr 0.01, E = 5)
+re-tune them (watch ``metrics["mean_norm"]`` and ``metrics["max_norm"]``). ``max_clusters = 8`` is the
+static maximum that keeps ``round`` jit-able; once every slot is in use no more splits happen.
 
 Deliberate differences from the official code/FL-bench: the norms and the cluster average are
 sample-size weighted (the paper's ``|D_i| / |D_c|``; the code uses equal weights); only this round's
@@ -45,17 +50,20 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from . import base
-from .base import State, check_inputs, sample_clients
-from .common import init_on_execution_devices
+from ..core import federated
 from ..core.aggregate import EXACT, normalized_weights
+from ..core.federated import State, sample_clients
+from . import base, clustered
+from .common import init_on_execution_devices
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
            "cosine_similarities", "bipartition"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """CFL's split criterion (module docstring) on top of FedPAC's common SGD setting."""
+
     eps1: float = 0.4
     eps2: float = 1.6
     min_cluster_size: int = 2
@@ -75,14 +83,22 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    state = base.init_state(key, model, sample_x, num_clients, config,
-                            lambda params: (params, {"cluster": jnp.zeros((), jnp.int32)}))
+    """Every slot starts as the one initial model (FedAvg's for the same key), only slot 0 active;
+    every client in cluster 0."""
+    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
     active = jnp.zeros((config.max_clusters,), bool).at[0].set(True)
-    return state.replace(shared={"models": base.init_heads(state.shared, config.max_clusters), "active": active})
+    server = {"models": federated.broadcast_rows(params, config.max_clusters), "active": active}
+    return State.create(key, server, {"cluster": jnp.zeros((), jnp.int32)}, num_clients, model, config)
 
 
 def cosine_similarities(rows):
-    """``[m, m]`` cosine similarities of update vectors; a zero vector has similarity 0 to everything."""
+    """``[m, m]`` cosine similarities of update vectors ``rows [m, P]``; a zero vector has similarity 0
+    to everything.
+
+    >>> import jax.numpy as jnp
+    >>> cosine_similarities(jnp.array([[1.0, 0.0], [0.0, 0.0]])).tolist()
+    [[1.0, 0.0], [0.0, 0.0]]
+    """
     norms = jnp.linalg.norm(rows, axis=-1, keepdims=True)
     unit = jnp.where(norms > 0, rows / jnp.where(norms > 0, norms, 1.0), 0.0)
     return jnp.matmul(unit, unit.T, precision=EXACT)
@@ -91,9 +107,19 @@ def cosine_similarities(rows):
 def bipartition(similarity, members, linkage: str = "complete"):
     """Agglomerative clustering of the ``members`` into two groups on the distance ``-similarity``.
 
-    Returns a boolean ``[m]``: True for members of the group *not* containing the first member
-    (False for non-members). Every merge joins the two closest groups (complete linkage: the distance
-    of two groups is their largest pairwise distance; single: the smallest) until two groups remain.
+    Args:
+      similarity: ``[m, m]`` pairwise similarities.
+      members: ``[m]`` bool, the rows to partition.
+      linkage: ``"complete"`` (the distance of two groups is their largest pairwise distance) or
+        ``"single"`` (the smallest); every merge joins the two closest groups until two remain.
+    Returns:
+      a boolean ``[m]``: True for members of the group *not* containing the first member (False for
+      non-members).
+
+    >>> import jax.numpy as jnp
+    >>> s = cosine_similarities(jnp.array([[1.0, 0.0], [0.9, 0.1], [-1.0, 0.0]]))
+    >>> bipartition(s, jnp.array([True, True, True])).tolist()
+    [False, False, True]
     """
     m = similarity.shape[0]
     combine = jnp.maximum if linkage == "complete" else jnp.minimum
@@ -115,21 +141,20 @@ def bipartition(similarity, members, linkage: str = "complete"):
     return members & (label != first)
 
 
-def _client_update(client, shared, model, cfg: Config):
-    start = base.pick(shared["models"], client["local"]["cluster"])
-    params, loss = base.train(start, base.ce_loss(model), client, cfg)
+def _local_update(server, participant: dict, model, cfg: Config) -> dict:
+    start = base.pick(server["models"], participant["client"]["cluster"])
+    params, loss = base.train(start, base.ce_loss(model), participant, cfg)
     delta = ravel_pytree(params)[0] - ravel_pytree(start)[0]
-    return {"params": params, "delta": delta, "n": base.num_samples(client), "loss": loss}
+    return {"params": params, "delta": delta, "n": base.num_samples(participant), "loss": loss}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg))
-    n, delta = out["n"], out["delta"]
-    start_cluster = base.take(state.local, batch.client_ids)["cluster"]
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
+    cfg = state.config
+    n, delta = uploads["n"], uploads["delta"]
+    start_cluster = federated.take(state.clients, batch.client_ids)["cluster"]
     similarity = cosine_similarities(delta)
     norms = jnp.linalg.norm(delta, axis=-1)
-    active0 = state.shared["active"]
+    active0 = state.server["active"]
 
     def examine(c, carry):
         assign, active, models, stats = carry
@@ -152,24 +177,24 @@ def _round(state: State, batch, test=None):
     k = cfg.max_clusters
     stats0 = {"mean_norm": jnp.zeros((k,)), "max_norm": jnp.zeros((k,)), "split": jnp.zeros((k,), bool)}
     assign, active, models, stats = jax.lax.fori_loop(
-        0, k, examine, (start_cluster, active0, state.shared["models"], stats0))
-    models = base.per_cluster_mean(out["params"], jax.nn.one_hot(assign, k) * n[:, None], fallback=models)
-    new_local = base.keep_if_empty({"cluster": assign}, {"cluster": start_cluster}, n)
-    metrics = {"n": n, "loss": out["loss"], "cluster": new_local["cluster"], **stats}
-    new_state, metrics = base.finish_round(state, batch, {"models": models, "active": active}, new_local, metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+        0, k, examine, (start_cluster, active0, state.server["models"], stats0))
+    models = clustered.member_means(uploads["params"], assign, n, k, fallback=models)
+    client_rows = base.keep_if_empty({"cluster": assign}, {"cluster": start_cluster}, n)
+    metrics = {"n": n, "loss": uploads["loss"], "cluster": client_rows["cluster"], **stats}
+    return {"models": models, "active": active}, client_rows, metrics
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = """One CFL round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics plus, per
-cluster slot, ``mean_norm``, ``max_norm`` and ``split``."""
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """CFL's round: broadcast the cluster models; each participant trains its cluster's model and
+    uploads it with its update; the server splits clusters and takes the per-cluster means."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda server, participant: _local_update(server, participant, model, cfg),
+        server_update=_server_update,
+    )
 
 
-def _evaluate(state: State, test):
-    return base.evaluate_personal(state, test, lambda c, shared: base.pick(shared["models"], c["local"]["cluster"]))
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "Each client's cluster model on its own test split: ``{client_ids, accuracy, n}``."
+ALGORITHM = clustered.algorithm("cfl", Config, init, pieces_for, clustered.assigned_score(lambda s: s["models"]),
+                                "CFL: recursive bi-partitioning of clients by cosine similarity of updates",
+                                "each client's cluster model")
+round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

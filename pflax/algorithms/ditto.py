@@ -1,19 +1,33 @@
-"""Ditto (Li et al., 2021): FedAvg for a global model ``w`` plus a personal model ``v_i`` per client.
+"""Ditto (Li, Hu, Beirami and Smith, "Ditto: Fair and Robust Federated Learning Through
+Personalization", ICML 2021; official code: https://github.com/litian96/ditto): FedAvg for a global
+model ``w`` plus a personal model ``v_i`` per client (:mod:`pflax.algorithms.personal`).
 
-One round, for the participants: each one
+One round, for the participants (the paper's Algorithm 1): each one
 
 1. trains a copy of the global model ``w^t`` for ``local_epochs`` (E = 5) epochs with plain CE, as
    FedAvg (fresh SGD), and uploads it;
-2. trains its personal model for ``personal_epochs`` epochs (fresh SGD) on
-   ``CE(v) + (lam / 2) ||v - w^t||^2``, i.e. ``v <- v - lr (grad f_i(v) + lam (v - w^t))``, anchored at
-   the *received* global model ``w^t`` (the paper's Algorithm 1), not at its own updated copy.
+2. trains its personal model for ``personal_epochs`` epochs (fresh SGD) on the paper's personal
+   objective ``CE(v) + (prox_mu / 2) ||v - w^t||^2``, i.e.
+   ``v <- v - lr (grad f_i(v) + prox_mu (v - w^t))``, anchored at the *received* global model ``w^t``,
+   not at its own updated copy.
 
 The server takes the sample-size weighted mean of the uploaded models. Evaluation: each client's
 personal model ``v_i`` on its own test split.
 
-Deliberate choices: ``lam = 1`` (FedPAC's tuned value, spec D); ``personal_epochs`` defaults to E;
-both phases use FedPAC's common SGD setting (momentum and weight decay included); the two phases use
-independent shuffling keys. Every ``v_i`` starts as the same initial model as ``w``.
+Deliberate choices: ``prox_mu = 1`` (the paper's ``lambda``; FedPAC's tuned value, Xu et al., ICLR 2023,
+Appendix B.3, searched over {0.1, 1, 10}); ``personal_epochs`` defaults to E; both phases use FedPAC's
+common SGD setting (lr 0.01, momentum 0.5, weight decay 5e-4, batch 50; Appendix B.3); the two phases
+use independent shuffling keys. Every ``v_i`` starts as the same initial model as ``w``.
+
+>>> import jax
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1, personal_epochs=1))
+>>> state, metrics = round(state, train)
+>>> sorted(metrics)
+['client_ids', 'loss', 'n', 'nonfinite', 'personal_loss']
 """
 from __future__ import annotations
 
@@ -21,65 +35,66 @@ import dataclasses
 
 import jax
 
-from . import base
-from .base import State, check_inputs, sample_clients
-from .common import init_on_execution_devices
+from ..core.federated import State, sample_clients
+from . import base, personal
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
+           "personal_loss", "local_update"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    lam: float = 1.0
+    """Ditto's setting on top of the common SGD setting.
+
+    Attributes:
+      prox_mu: the paper's ``lambda``, the pull ``(prox_mu / 2) ||v - w^t||^2`` of the personal model.
+      personal_epochs: epochs of personal training per round.
+    """
+
+    prox_mu: float = 1.0
     personal_epochs: int = 5
 
     def __post_init__(self):
         super().__post_init__()
-        base.require(self.lam >= 0, f"Ditto lam must be >= 0, got {self.lam}")
+        base.require(self.prox_mu >= 0, f"Ditto prox_mu must be >= 0, got {self.prox_mu}")
         base.require(self.personal_epochs >= 0, "Ditto personal_epochs must be >= 0")
 
 
-@init_on_execution_devices
-def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """``shared`` = the global model w; ``local`` = every client's personal model v_i."""
-    return base.init_state(key, model, sample_x, num_clients, config, lambda params: (params, params))
+def personal_loss(model, global_params, prox_mu: float):
+    """``CE(v) + (prox_mu / 2) ||v - w^t||^2`` in :func:`pflax.core.train.local_train`'s loss signature;
+    its gradient is ``grad f_i(v) + prox_mu (v - w^t)``.
 
+    Args:
+      model: the split model.
+      global_params: the anchor ``w^t`` (a constant: no gradient flows into it).
+      prox_mu: the pull's coefficient.
 
-def personal_loss(model, global_params, lam: float):
-    """``CE(v) + (lam / 2) ||v - w^t||^2``; its gradient is ``grad f_i(v) + lam (v - w^t)``."""
+    Returns:
+      ``loss(v, batch, weights) -> scalar``.
+    """
     ce = base.ce_loss(model)
-    return lambda v, batch, w: ce(v, batch, w) + lam * base.proximity(v, global_params)
+    return lambda v, batch, w: ce(v, batch, w) + prox_mu * base.proximity(v, global_params)
 
 
-def _client_update(client, global_params, model, cfg: Config):
-    key_global, key_personal = jax.random.split(client["key"])
-    new_global, loss = base.train(global_params, base.ce_loss(model), client, cfg, key=key_global)
-    personal, personal_loss_value = base.train(
-        client["local"], personal_loss(model, global_params, cfg.lam), client, cfg,
-        key=key_personal, epochs=cfg.personal_epochs,
-    )
-    return {"global": new_global, "personal": personal, "n": base.num_samples(client),
-            "loss": loss, "personal_loss": personal_loss_value}
+def local_update(w, participant: dict, model, cfg: Config):
+    """One participant's Ditto update.
+
+    Args:
+      w: the received global model ``w^t``.
+      participant: ``x``, ``y``, ``mask``, ``key`` and ``client`` (its personal model ``v_i``).
+      model, cfg: the split model and the config.
+
+    Returns:
+      ``(w_i, v_i, metrics)``: the FedAvg copy of ``w`` it uploads, its new personal model, and
+      ``{"n", "loss", "personal_loss"}``.
+    """
+    key_global, key_personal = jax.random.split(participant["key"])
+    new_global, loss = base.train(w, base.ce_loss(model), participant, cfg, key=key_global)
+    v, v_loss = base.train(participant["client"], personal_loss(model, w, cfg.prox_mu), participant, cfg,
+                           key=key_personal, epochs=cfg.personal_epochs)
+    return new_global, v, {"n": base.num_samples(participant), "loss": loss, "personal_loss": v_loss}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    out, shared = base.run_clients_and_average(
-        state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg), "global", state.shared)
-    metrics = {"n": out["n"], "loss": out["loss"], "personal_loss": out["personal_loss"]}
-    new_state, metrics = base.finish_round(state, batch, shared, out["personal"], metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
-
-
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One Ditto round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
-
-
-def _evaluate(state: State, test):
-    return base.evaluate_personal(state, test, lambda c, shared: c["local"])
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "Each client's personal model v_i on its own test split: ``{client_ids, accuracy, n}``."
+ALGORITHM = personal.algorithm("ditto", Config, local_update,
+                               "Ditto: FedAvg global model plus personal models pulled towards it")
+init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs

@@ -1,6 +1,7 @@
-"""FedEM (Marfoq et al., 2021): every client's data is a mixture of M shared components.
+"""FedEM (Marfoq et al., 2021, "Federated Multi-Task Learning under a Mixture of Distributions",
+Algorithm 2; https://github.com/omarfoq/FedEM): every client's data is a mixture of M shared components.
 
-State: ``shared`` = ``M`` component models on a leading axis (default ``M = 3``); ``local`` = every
+State: ``server`` = ``M`` component models on a leading axis (default ``M = 3``); ``clients`` = every
 client's mixture weights ``{"pi": [M]}``, starting uniform (``1/M``).
 
 One round, for the participants: each one
@@ -15,18 +16,30 @@ One round, for the participants: each one
    ``sum_b q_b(m) CE_m(b) / |B|`` (the masked minibatch mean of ``q * CE``, as FedEM's code).
 
 The server replaces component ``m`` by the weighted mean of the participants' trained copies with
-weight ``sum_samples q(m | x, y) = n_i pi_im`` (a component nobody has weight on is kept).
+weight ``sum_samples q(m | x, y) = n_i pi_im`` (a component nobody has weight on is kept); each
+participant's terms of the ``M`` means are summed as the clients finish
+(:mod:`pflax.algorithms.clustered`).
 
 Prediction (evaluation): ``p(y | x) = sum_m pi_im softmax(h_m(x))_y`` with the client's own ``pi_i``.
 
-Defaults and sources: ``M = 3`` (FedPAC Table 4 reports M = 3 and 5; FL-bench ``n_learners = 3``);
-local training in FedPAC's common setting (E = 5 epochs, not FedEM's own local schedule). Deliberate
-differences from the paper/official code: the components are ``M`` independent random initialisations
-(model 0 equals FedAvg's); the server weight is the responsibility mass ``n_i pi_im`` (the paper's
-Alg. 2 weights clients by ``n_i`` and lets the responsibilities act inside the local objective; this is
-the brief's rule and reduces to the paper's when a client's responsibilities are one-hot); ``log pi``
-is floored at ``log(1e-30)`` so a vanished component never produces ``-inf - (-inf)``. A participant
-without data keeps its ``pi`` and contributes weight 0.
+Defaults and sources: ``M = 3`` (FedPAC, Xu et al., 2023, Table 4 reports M = 3 and 5; FL-bench
+``n_learners = 3``); local training in FedPAC's common setting (E = 5 epochs, not FedEM's own local
+schedule). Deliberate differences from the paper/official code: the components are ``M`` independent
+random initialisations (model 0 equals FedAvg's); the server weight is the responsibility mass
+``n_i pi_im`` (the paper's Alg. 2 weights clients by ``n_i`` and lets the responsibilities act inside
+the local objective; this weight reduces to the paper's when a client's responsibilities are one-hot);
+``log pi`` is floored at ``log(1e-30)`` so a vanished component never produces ``-inf - (-inf)``. A
+participant without data keeps its ``pi`` and contributes weight 0.
+
+>>> import jax
+>>> from pflax.algorithms import fedem
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> state = fedem.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedem.Config(local_epochs=1))
+>>> state.clients["pi"].tolist()[0]  # uniform at the start
+[0.3333333432674408, 0.3333333432674408, 0.3333333432674408]
 """
 from __future__ import annotations
 
@@ -35,16 +48,15 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from . import base
-from .base import State, check_inputs, sample_clients
-from .common import init_on_execution_devices
-from ..core import aggregate
-from ..core.execution import map_reduce_clients
+from ..core import aggregate, federated
+from ..core.federated import State, sample_clients
 from ..core.losses import cross_entropy, masked_mean
 from ..core.train import batched_apply
 from ..metrics import masked_accuracy
+from . import base, clustered
+from .common import init_on_execution_devices
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
            "responsibilities", "mixture_probabilities"]
 
 LOG_FLOOR = 1e-30
@@ -52,6 +64,8 @@ LOG_FLOOR = 1e-30
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """``num_components`` = M mixture components (default 3) on top of FedPAC's common SGD setting."""
+
     num_components: int = 3
 
     def __post_init__(self):
@@ -61,20 +75,30 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
+    """``server`` = ``num_components`` independently initialised models (model 0 is FedAvg's initial
+    model); ``clients`` = uniform mixture weights ``{"pi": 1/M}``."""
     m = config.num_components
-    state = base.init_state(key, model, sample_x, num_clients, config,
-                            lambda params: ((), {"pi": jnp.full((m,), 1.0 / m, jnp.float32)}))
-    return state.replace(shared=base.stacked_models(key, model, sample_x, m))
+    components = base.stacked_models(key, model, sample_x, m)
+    return State.create(key, components, {"pi": jnp.full((m,), 1.0 / m, jnp.float32)}, num_clients, model, config)
 
 
 def component_logits(model, components, x):
-    """``[M, n, K]`` logits of every component on ``x``."""
+    """``[M, n, K]`` logits of every component of the stack ``components`` on the samples ``x``."""
     return jax.lax.map(lambda params: batched_apply(lambda xb: model.apply(params, xb), x), components)
 
 
 def responsibilities(model, components, pi, x, y, mask):
-    """E-step: ``q [M, n]``, the posterior of each component per sample (columns sum to 1 on real
-    samples, 0 on padding)."""
+    """E-step on one client's data.
+
+    Args:
+      model: the :class:`pflax.models.SplitModel`.
+      components: the stack of ``M`` component models.
+      pi: ``[M]`` the client's mixture weights.
+      x, y, mask: the client's (padded) samples.
+    Returns:
+      ``q [M, n]``, the posterior of each component per sample (columns sum to 1 on real samples, 0 on
+      padding).
+    """
     losses = jax.vmap(lambda logits: cross_entropy(logits, y))(component_logits(model, components, x))  # [M, n]
     log_prior = jnp.log(jnp.maximum(pi, LOG_FLOOR))[:, None]
     q = jax.nn.softmax(log_prior - losses, axis=0)
@@ -82,16 +106,16 @@ def responsibilities(model, components, pi, x, y, mask):
 
 
 def mixture_probabilities(model, components, pi, x):
-    """``[n, K]``: ``sum_m pi_m softmax(h_m(x))``."""
+    """FedEM's prediction ``[n, K]``: ``sum_m pi_m softmax(h_m(x))`` for the mixture weights ``pi [M]``."""
     probs = jax.nn.softmax(component_logits(model, components, x), axis=-1)
     return jnp.einsum("m,mnk->nk", pi, probs, precision=aggregate.EXACT)
 
 
-def _client_update(client, components, model, cfg: Config):
-    x, y, mask = client["x"], client["y"], client["mask"]
-    pi = client["local"]["pi"]
+def _local_update(components, participant: dict, model, cfg: Config) -> dict:
+    x, y, mask = participant["x"], participant["y"], participant["mask"]
+    pi = participant["client"]["pi"]
     q = responsibilities(model, components, pi, x, y, mask)
-    n = base.num_samples(client)
+    n = base.num_samples(participant)
     new_pi = jnp.where(n > 0, q.sum(1) / jnp.maximum(n, 1.0), pi)
 
     def weighted_ce(params, batch, w):
@@ -99,43 +123,32 @@ def _client_update(client, components, model, cfg: Config):
 
     def train_component(args):
         params, q_m, key = args
-        return base.train(params, weighted_ce, client, cfg, key=key, data={"x": x, "y": y, "q": q_m})
+        return base.train(params, weighted_ce, participant, cfg, key=key, data={"x": x, "y": y, "q": q_m})
 
-    keys = jax.random.split(client["key"], cfg.num_components)
+    keys = jax.random.split(participant["key"], cfg.num_components)
     trained, losses = jax.lax.map(train_component, (components, q, keys))
     # Component m is averaged over clients with weights mass_m = sum of the client's q[m]; this
     # client's terms of the M means are summed as the clients finish.
-    kept = {"pi": new_pi, "n": n, "loss": losses.sum()}
-    return kept, aggregate.grouped_term(trained, q.sum(1))
+    return {"sum": aggregate.grouped_term(trained, q.sum(1)), "client": {"pi": new_pi},
+            "n": n, "loss": losses.sum(), "pi": new_pi}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    out, summed = map_reduce_clients(lambda c, s: _client_update(c, s, model, cfg), base.client_inputs(state, batch),
-                                     state.shared, cfg.execution)
-    shared = aggregate.grouped_means(summed, fallback=state.shared)
-    metrics = {"n": out["n"], "loss": out["loss"], "pi": out["pi"]}
-    new_state, metrics = base.finish_round(state, batch, shared, {"pi": out["pi"]}, metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """FedEM's round: broadcast the ``M`` components; E-step, M-step for ``pi`` and responsibility-
+    weighted training of every component; responsibility-mass weighted means."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda components, participant: _local_update(components, participant, model, cfg),
+        server_update=clustered.average_groups,
+    )
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One FedEM round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics incl. the new pi."
+def _score(c: dict, components, model, cfg: Config):
+    probs = mixture_probabilities(model, components, c["client"]["pi"], c["x"])
+    return masked_accuracy(probs, c["y"], c["mask"])
 
 
-def _evaluate(state: State, test):
-    model = state.model
-
-    def one(c, components):
-        probs = mixture_probabilities(model, components, c["local"]["pi"], c["x"])
-        return masked_accuracy(probs, c["y"], c["mask"])
-
-    per_client = {"x": test.x, "y": test.y, "mask": test.mask, "local": base.take(state.local, test.client_ids)}
-    acc = base.run_clients(state, per_client, one)
-    return {"client_ids": test.client_ids, "accuracy": acc, "n": test.mask.sum(1)}
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "The client's mixture ``sum_m pi_m softmax(h_m)`` on its own test split: ``{client_ids, accuracy, n}``."
+ALGORITHM = clustered.algorithm("fedem", Config, init, pieces_for, _score,
+                                "FedEM: M shared components, per-client mixture weights learnt by EM",
+                                "the client's mixture ``sum_m pi_m softmax(h_m)``")
+round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

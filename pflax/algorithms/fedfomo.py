@@ -1,6 +1,8 @@
-"""FedFomo (Zhang et al., 2021): each client combines the models of the others that help it.
+"""FedFomo (Zhang et al., "Personalized Federated Learning with First Order Model Optimization", ICLR
+2021; official code: https://github.com/NVlabs/FedFomo): each client combines the models of the others
+that help it.
 
-State: ``local`` = every client's own model ``theta_i``; ``shared`` = the server's affinity matrix
+State: ``clients`` = every client's own model ``theta_i``; ``server`` = the server's affinity matrix
 ``{"affinity": [N, N]}`` and ``{"uploaded": [N]}`` (which clients have uploaded a model with data).
 
 Validation split: from each client's real training samples, deterministically, every sample whose
@@ -11,30 +13,46 @@ samples every weight is 0.
 
 One round, for the participants ``i``:
 
-1. **Download** (server): the ``M`` (default 5) models of other clients with the largest affinity
-   ``P[i, n]`` among those that have uploaded (ties to the lowest id; fewer candidates than ``M`` leave
-   slots empty). With ``epsilon > 0`` a participant instead downloads ``M`` uniformly random
-   candidates with probability ``epsilon`` (off by default).
+1. **Download** (server, ``broadcast``'s per-participant output): the ``M`` (default 5) models of
+   other clients with the largest affinity ``P[i, n]`` among those that have uploaded (ties to the
+   lowest id; fewer candidates than ``M`` leave slots empty). With ``epsilon > 0`` a participant
+   instead downloads ``M`` uniformly random candidates with probability ``epsilon`` (off by default).
 2. **Weights**: with ``L_i`` the masked mean cross-entropy on its validation part,
    ``w_n = max(0, (L_i(theta_i) - L_i(theta_n)) / ||theta_n - theta_i||)``, divided by their sum;
    a model at distance 0 or an empty slot gets 0, and if no downloaded model lowers the loss all
    weights are 0 (every division guarded).
 3. **Update**: ``theta_i <- theta_i + sum_n w_n (theta_n - theta_i)``, then ``local_epochs`` (E = 5)
    epochs of CE training on the training part (fresh SGD, FedPAC's common setting); upload.
-4. **Affinity** (server): ``P[i, n] += s_n`` for the downloaded ``n``, with ``s_n`` the signed,
-   unnormalised score ``(L_i(theta_i) - L_i(theta_n)) / ||theta_n - theta_i||`` (0 for empty slots).
+4. **Affinity** (server, ``server_update``): ``P[i, n] += s_n`` for the downloaded ``n``, with ``s_n``
+   the signed, unnormalised score ``(L_i(theta_i) - L_i(theta_n)) / ||theta_n - theta_i||`` (0 for
+   empty slots).
 
 Evaluation: each client's own model on its own test split.
 
-Defaults and sources: ``M = 5`` (FedPAC, spec D), ``val_ratio = 0.2`` (FL-bench), ``epsilon = 0``;
-the affinity rule (top-``M`` by ``P`` row, ``P`` starting at the identity and increased by the signed
-scores) is FL-bench's. Deliberate differences from FL-bench: candidates are all clients that have
-uploaded at least once (their latest model), not only the previous round's participants (the same set
-under full participation); the client itself is never one of the ``M`` (FL-bench adds it and its
-weight is 0 anyway); the distance is guarded (``0`` when ``||theta_n - theta_i|| = 0``) instead of
+Defaults and sources: ``M = 5`` (FedPAC's baseline setting, Xu et al., ICLR 2023), ``val_ratio = 0.2``
+(FL-bench, https://github.com/KarhouTam/FL-bench), ``epsilon = 0``; the affinity rule (top-``M`` by
+``P`` row, ``P`` starting at the identity and increased by the signed scores) is FL-bench's.
+Deliberate differences from FL-bench: candidates are all clients that have uploaded at least once
+(their latest model), not only the previous round's participants (the same set under full
+participation); the client itself is never one of the ``M`` (FL-bench adds it and its weight is 0
+anyway); the distance is guarded (``0`` when ``||theta_n - theta_i|| = 0``) instead of
 FL-bench's ``+ 1e-5``; the validation samples are spread over the client's data instead of its first
 20%. Round 0 has no uploaded models, so every participant only trains locally. The original paper's
 decaying epsilon-greedy exploration is available through ``epsilon`` (constant).
+
+>>> import jax
+>>> from pflax.algorithms import fedfomo
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 30), range(30, 60), range(60, 80)])
+>>> test = from_partition(ds.x_test, ds.y_test, [range(0, 10), range(10, 20), range(20, 40)])
+>>> cfg = fedfomo.Config(local_epochs=1, num_downloads=2)
+>>> state = fedfomo.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 3, cfg)
+>>> state, metrics = fedfomo.round(state, train, test)  # round 0: nobody has uploaded yet
+>>> state, metrics = fedfomo.round(state, train, test)
+>>> metrics["downloaded"].shape, bool(metrics["download_valid"].all()), metrics["accuracy"].shape
+((3, 2), True, (3,))
 """
 from __future__ import annotations
 
@@ -44,13 +62,13 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from ..core import rng
+from ..core import federated, rng
 from ..core.aggregate import EXACT
+from ..core.federated import State, sample_clients
 from . import base
-from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
            "validation_split", "fomo_scores", "fomo_weights"]
 
 EXPLORE_STREAM = 0xF0E0
@@ -58,6 +76,9 @@ EXPLORE_STREAM = 0xF0E0
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """FedFomo's ``num_downloads`` (``M``), ``val_ratio`` and exploration ``epsilon`` on top of the common
+    SGD setting."""
+
     num_downloads: int = 5  # M
     val_ratio: float = 0.2
     epsilon: float = 0.0
@@ -71,12 +92,38 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    shared = {"affinity": jnp.eye(num_clients, dtype=jnp.float32), "uploaded": jnp.zeros((num_clients,), bool)}
-    return base.init_state(key, model, sample_x, num_clients, config, lambda params: (shared, params))
+    """A round-0 FedFomo state.
+
+    Args:
+      key: PRNG key; the model comes from the first of ``split(key, 3)``, as for every algorithm.
+      model: a split model.
+      sample_x: one client's inputs (only the shape of ``sample_x[:1]`` is used).
+      num_clients: ``N``.
+      config: :class:`Config`.
+
+    Returns:
+      ``State`` with ``server = {"affinity": identity [N, N], "uploaded": False [N]}`` and ``clients`` =
+      every client's copy of one initial model.
+    """
+    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
+    server = {"affinity": jnp.eye(num_clients, dtype=jnp.float32), "uploaded": jnp.zeros((num_clients,), bool)}
+    return State.create(key, server, params, num_clients, model, config)
 
 
 def validation_split(mask, ratio: float):
-    """``(train_mask, val_mask)``: ``floor(n_i * ratio)`` real samples, evenly spread, for validation."""
+    """A client's deterministic validation split (module docstring).
+
+    Args:
+      mask: the client's real samples ``[n]``; ratio: ``val_ratio``.
+
+    Returns:
+      ``(train_mask, val_mask)``: ``floor(n_i * ratio)`` real samples, evenly spread, for validation.
+
+    >>> import jax.numpy as jnp
+    >>> train_mask, val_mask = validation_split(jnp.arange(10) < 10, 0.2)
+    >>> val_mask.nonzero()[0].tolist(), int(train_mask.sum())
+    ([4, 9], 8)
+    """
     rank = (jnp.cumsum(mask) - 1).astype(jnp.float32)
     # 1e-4 absorbs float error in (r + 1) * ratio for ratios such as 0.2 (exact multiples stay exact).
     val = mask & (jnp.floor((rank + 1.0) * ratio + 1e-4) > jnp.floor(rank * ratio + 1e-4))
@@ -84,26 +131,49 @@ def validation_split(mask, ratio: float):
 
 
 def fomo_scores(own_loss, losses, distances, valid):
-    """Signed scores ``(L_i(theta_i) - L_i(theta_n)) / ||theta_n - theta_i||``; 0 at distance 0 or invalid."""
+    """FedFomo's signed scores ``(L_i(theta_i) - L_i(theta_n)) / ||theta_n - theta_i||``.
+
+    Args:
+      own_loss: ``L_i(theta_i)``; losses, distances, valid: ``[M]`` per downloaded model.
+
+    Returns:
+      ``[M]`` scores; 0 at distance 0 or for an invalid (empty) slot.
+
+    >>> import jax.numpy as jnp
+    >>> fomo_scores(2.0, jnp.array([1.0, 3.0]), jnp.array([2.0, 1.0]), jnp.array([True, True])).tolist()
+    [0.5, -1.0]
+    """
     ok = valid & (distances > 0)
     return jnp.where(ok, (own_loss - losses) / jnp.where(ok, distances, 1.0), 0.0)
 
 
 def fomo_weights(scores):
-    """``max(0, s) / sum max(0, s)``; all zero when no downloaded model improves the loss."""
+    """FedFomo's combination weights ``max(0, s) / sum max(0, s)``.
+
+    Args:
+      scores: ``[M]`` signed scores (:func:`fomo_scores`).
+
+    Returns:
+      ``[M]`` weights; all zero when no downloaded model improves the loss.
+
+    >>> import jax.numpy as jnp
+    >>> fomo_weights(jnp.array([0.5, -1.0, 1.5])).tolist()
+    [0.25, 0.0, 0.75]
+    """
     positive = jnp.maximum(scores, 0.0)
     total = positive.sum()
     return jnp.where(total > 0, positive / jnp.where(total > 0, total, 1.0), 0.0)
 
 
-def _downloads(state: State, ids, key):
+def _downloads(state: State, ids):
     """``(selected [m, M], valid [m, M])`` for participants ``ids`` (M clipped to N - 1)."""
     n_all, cfg = state.num_clients, state.config
     m_eff = min(cfg.num_downloads, n_all - 1)
-    candidate = state.shared["uploaded"][None, :] & (jnp.arange(n_all)[None, :] != ids[:, None])
-    scores = jnp.where(candidate, state.shared["affinity"][ids], -jnp.inf)
+    candidate = state.server["uploaded"][None, :] & (jnp.arange(n_all)[None, :] != ids[:, None])
+    scores = jnp.where(candidate, state.server["affinity"][ids], -jnp.inf)
     top_values, selected = jax.lax.top_k(scores, m_eff)
     if cfg.epsilon > 0:
+        key = jax.random.fold_in(jax.random.fold_in(state.key, EXPLORE_STREAM), state.round)
         k_explore, k_rand = jax.random.split(key)
         rand_scores = jnp.where(candidate, rng.uniform(k_rand, candidate.shape), -jnp.inf)
         rand_values, rand_selected = jax.lax.top_k(rand_scores, m_eff)
@@ -113,45 +183,72 @@ def _downloads(state: State, ids, key):
     return selected, jnp.isfinite(top_values)
 
 
-def _client_update(client, _, model, cfg: Config):
-    train_mask, val_mask = validation_split(client["mask"], cfg.val_ratio)
-    own = client["local"]
-    x, y = client["x"], client["y"]
+def _broadcast(state: State, ids):
+    """Nothing common; each participant's ``M`` downloaded models and which slots hold one."""
+    selected, valid = _downloads(state, ids)
+    return (), {"downloads": federated.take(state.clients, selected), "valid": valid}
+
+
+def _local_update(_, participant, model, cfg: Config) -> dict:
+    train_mask, val_mask = validation_split(participant["mask"], cfg.val_ratio)
+    own = participant["client"]
+    downloads = participant["personal"]["downloads"]
+    x, y = participant["x"], participant["y"]
     own_loss = base.data_loss(model, own, x, y, val_mask)
-    losses = jax.lax.map(lambda p: base.data_loss(model, p, x, y, val_mask), client["downloads"])
+    losses = jax.lax.map(lambda p: base.data_loss(model, p, x, y, val_mask), downloads)
     own_flat = ravel_pytree(own)[0]
-    distances = jnp.linalg.norm(base.flat_rows(client["downloads"]) - own_flat[None, :], axis=-1)
-    valid = client["download_valid"] & (val_mask.sum() > 0)
+    distances = jnp.linalg.norm(base.flat_rows(downloads) - own_flat[None, :], axis=-1)
+    valid = participant["personal"]["valid"] & (val_mask.sum() > 0)
     scores = fomo_scores(own_loss, losses, distances, valid)
     weights = fomo_weights(scores)
-    combined = jax.tree.map(lambda t, d: t + jnp.tensordot(weights, d - t[None], axes=(0, 0), precision=EXACT), own, client["downloads"])
-    params, loss = base.train(combined, base.ce_loss(model), {**client, "mask": train_mask}, cfg)
-    return {"params": params, "scores": scores, "weights": weights, "n": base.num_samples(client), "loss": loss}
+    combined = jax.tree.map(lambda t, d: t + jnp.tensordot(weights, d - t[None], axes=(0, 0), precision=EXACT),
+                            own, downloads)
+    params, loss = base.train(combined, base.ce_loss(model), {**participant, "mask": train_mask}, cfg)
+    return {"client": params, "scores": scores, "weights": weights, "n": base.num_samples(participant), "loss": loss}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
     ids = batch.client_ids
-    explore_key = jax.random.fold_in(jax.random.fold_in(state.key, EXPLORE_STREAM), state.round)
-    selected, valid = _downloads(state, ids, explore_key)
-    inputs = {**base.client_inputs(state, batch), "downloads": base.take(state.local, selected), "download_valid": valid}
-    out = base.run_clients(state, inputs, lambda c, s: _client_update(c, s, model, cfg))
-    affinity = state.shared["affinity"].at[ids[:, None], selected].add(out["scores"])
-    uploaded = state.shared["uploaded"].at[ids].set(state.shared["uploaded"][ids] | (out["n"] > 0))
-    metrics = {"n": out["n"], "loss": out["loss"], "downloaded": selected, "download_valid": valid, "weights": out["weights"]}
-    new_state, metrics = base.finish_round(state, batch, {"affinity": affinity, "uploaded": uploaded}, out["params"], metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+    selected, valid = _downloads(state, ids)  # what broadcast sent (deterministic)
+    server = {"affinity": state.server["affinity"].at[ids[:, None], selected].add(uploads["scores"]),
+              "uploaded": state.server["uploaded"].at[ids].set(state.server["uploaded"][ids] | (uploads["n"] > 0))}
+    metrics = {"n": uploads["n"], "loss": uploads["loss"], "downloaded": selected, "download_valid": valid,
+               "weights": uploads["weights"]}
+    return server, None, metrics
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One FedFomo round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics incl. the weights."
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """FedFomo's round: per-participant downloads, weighted first-order combination and local
+    training, affinity update."""
+    return federated.RoundPieces(
+        broadcast=_broadcast,
+        local_update=lambda message, participant: _local_update(message, participant, model, cfg),
+        server_update=_server_update,
+    )
 
 
-def _evaluate(state: State, test):
-    return base.evaluate_personal(state, test, lambda c, shared: c["local"])
+def _evaluate(state: State, test, train=None) -> dict:
+    model = state.model
+    return federated.evaluate_clients(state, test, train, lambda c, server: base.accuracy_of(model, c["client"], c))
 
 
 evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "Each client's own model on its own test split: ``{client_ids, accuracy, n}``."
+evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: each client's own
+model on its own test split (``train`` is not used)."""
+
+
+def _round(state: State, batch, test=None):
+    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one FedFomo round for the participants
+in ``batch``; per-client ``n``, ``loss``, ``downloaded`` ``[m, M]``, ``download_valid`` and ``weights``, and
+with ``test`` (same clients) ``accuracy`` of the new state. Jit-compiled."""
+
+check_inputs = base.check_inputs
+
+ALGORITHM = federated.Algorithm(
+    name="fedfomo", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
+    check_inputs=check_inputs, summary="FedFomo: each client combines the downloaded models that lower its validation loss",
+)

@@ -1,18 +1,32 @@
-"""FedNova (Wang et al., 2020): FedAvg with normalised averaging of the local updates.
+"""FedNova (Wang, Liu, Liang, Joshi and Poor, "Tackling the Objective Inconsistency Problem in
+Heterogeneous Federated Optimization", NeurIPS 2020; official code: https://github.com/JYWa/FedNova):
+FedAvg with normalised averaging of the local updates.
 
 Clients take different numbers of local steps ``tau_i = E * ceil(n_i / B)``; plain averaging then
 over-weights the clients that ran longest (objective inconsistency). One round, for the
 participants: each one runs ``local_epochs`` (E = 5) epochs of SGD from ``w^t`` (fresh optimiser,
-FedPAC's common setting) to ``w_i`` and the server sets
+FedPAC's common setting, Xu et al., ICLR 2023, Appendix B.3) to ``w_i`` and the server sets (the
+paper's normalised update, Section 4)
 
     d_i = (w^t - w_i) / ||a_i||_1,   tau_eff = sum_i p_i ||a_i||_1,   w^{t+1} = w^t - tau_eff * sum_i p_i d_i,
 
 with ``p_i = n_i / sum_j n_j``. For SGD with heavy-ball momentum ``rho`` (PyTorch form),
 ``||a_i||_1 = [tau_i - rho (1 - rho^tau_i) / (1 - rho)] / (1 - rho)`` (``= tau_i`` without momentum).
 
-Deliberate choices: weight decay is treated as part of the local gradient, as in the FedNova code;
-a client without data (``tau_i = 0``) has ``p_i = 0``. With equal ``tau_i`` this is exactly FedAvg.
-Evaluation: the global model on each client's own test split (FedNova is not personalized).
+Deliberate choices: weight decay is treated as part of the local gradient, as in the official code;
+a client without data (``tau_i = 0``) has ``p_i = 0`` (the round's ``weights``). With equal ``tau_i``
+this is exactly FedAvg. Evaluation: the global model on each client's own test split (FedNova is not
+personalized).
+
+>>> import jax
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 70)])
+>>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1, batch_size=20))
+>>> state, metrics = round(state, train)
+>>> metrics["tau_norm"].tolist()  # 2 steps each; ||a||_1 = [2 - 0.5 (1 - 0.25) / 0.5] / 0.5
+[2.5, 2.5]
 """
 from __future__ import annotations
 
@@ -21,67 +35,115 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from ..core import federated
+from ..core.federated import State, sample_clients
 from . import base
-from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "momentum_norm"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
+           "momentum_norm", "pieces_for"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    pass
+    """FedNova adds no hyper-parameter to the common SGD setting (its momentum enters ``||a_i||_1``)."""
 
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    return base.init_state(key, model, sample_x, num_clients, config, base.split_layout(("body", "head")))
+    """A round-0 state: ``server`` = the global model; clients keep nothing.
+
+    Args:
+      key: PRNG key, split in three (model, training, sampling) as every algorithm's.
+      model: the split model; sample_x: one client's inputs (for the shapes).
+      num_clients: N; config: the :class:`Config`.
+    """
+    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
+    return State.create(key, params, {}, num_clients, model, config)
 
 
 def momentum_norm(tau, rho: float):
-    """``||a_i||_1``: how many "gradient units" ``tau`` heavy-ball steps with momentum ``rho`` add up to."""
+    """``||a_i||_1``: how many "gradient units" ``tau`` heavy-ball steps with momentum ``rho`` add up to.
+
+    Args:
+      tau: the number of local steps (an integer array).
+      rho: the momentum.
+
+    Returns:
+      ``[tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho)`` as float32 (``tau`` when ``rho = 0``).
+
+    >>> import jax.numpy as jnp
+    >>> float(momentum_norm(jnp.array(2), 0.5)), float(momentum_norm(jnp.array(3), 0.0))
+    (2.5, 3.0)
+    """
     tau = tau.astype(jnp.float32)
     if rho == 0.0:
         return tau
     return (tau - rho * (1.0 - rho**tau) / (1.0 - rho)) / (1.0 - rho)
 
 
-def _client_update(client, params, model, cfg: Config):
-    new, loss = base.train_full(params, client, model, cfg)
-    norm = client["norm"]  # ||a_i||_1, computed once for all participants by the server
+def _norms(batch, cfg: Config) -> jax.Array:
+    """Every participant's ``||a_i||_1`` (depends on its sample size only)."""
+    return jax.vmap(lambda m: momentum_norm(base.local_steps(m, cfg), cfg.momentum))(batch.mask)
+
+
+def _weights(state: State, batch) -> jax.Array:
+    """``n_i``, or 0 for a participant that takes no step: known before training, so the directions
+    are averaged as the clients finish (never stacked)."""
+    return jnp.where(_norms(batch, state.config) > 0, batch.mask.sum(1).astype(jnp.float32), 0.0)
+
+
+def _local_update(params, participant: dict, model, cfg: Config) -> dict:
+    new, loss = base.train(params, base.ce_loss(model), participant, cfg)
+    norm = momentum_norm(base.local_steps(participant["mask"], cfg), cfg.momentum)  # ||a_i||_1
     # d_i = (w^t - w_i) / ||a_i||_1, zero for a client that took no step.
     scale = jnp.where(norm > 0, 1.0 / jnp.maximum(norm, 1e-12), 0.0)
     direction = jax.tree.map(lambda a, b: (a - b) * scale, params, new)
-    return {"direction": direction, "n": base.num_samples(client), "loss": loss}
+    return {"mean": direction, "n": base.num_samples(participant), "loss": loss}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    # ||a_i||_1 and the weights depend on the sample sizes only, so they are known before training and
-    # the directions are averaged as the clients finish (never stacked).
-    norms = jax.vmap(lambda m: momentum_norm(base.local_steps(m, cfg), cfg.momentum))(batch.mask)
-    weights = jnp.where(norms > 0, batch.mask.sum(1).astype(jnp.float32), 0.0)
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
+    norms = _norms(batch, state.config)
+    weights = _weights(state, batch)
     p = weights / jnp.maximum(weights.sum(), 1.0)
     tau_eff = jnp.sum(p * norms)
-    per_client = {**base.client_inputs(state, batch), "norm": norms}
-    out, mean_direction = base.run_clients_and_average(
-        state, per_client, lambda c, s: _client_update(c, s, model, cfg), "direction",
-        jax.tree.map(jnp.zeros_like, state.shared), weights=weights)
-    shared = jax.tree.map(lambda w, d: w - tau_eff * d, state.shared, mean_direction)
-    metrics = {"n": out["n"], "loss": out["loss"], "tau_norm": norms}
-    new_state, metrics = base.finish_round(state, batch, shared, None, metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+    mean_direction = federated.mean_or(reduced, jax.tree.map(jnp.zeros_like, state.server))
+    server = jax.tree.map(lambda w, d: w - tau_eff * d, state.server, mean_direction)
+    return server, None, {"n": uploads["n"], "loss": uploads["loss"], "tau_norm": norms}
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One FedNova round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """FedNova's round: the global model to everyone, plain local SGD, normalised averaging."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda params, participant: _local_update(params, participant, model, cfg),
+        server_update=_server_update,
+        weights=_weights,
+    )
 
 
-def _evaluate(state: State, test):
-    return base.evaluate_personal(state, test, base.assembled)
+def _evaluate(state: State, test, train=None) -> dict:
+    model = state.model
+    return federated.evaluate_clients(state, test, train, lambda c, server: base.accuracy_of(model, server, c))
 
 
 evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "The global model on each client's test split: ``{client_ids, accuracy, n}``."
+evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: the global model
+on each client's own test split (``train`` is not used)."""
+
+
+def _round(state: State, batch, test=None):
+    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one FedNova round for the
+participants in ``batch``; per-participant ``n``, ``loss`` and ``tau_norm`` (``||a_i||_1``); with
+``test`` (same clients), ``metrics["accuracy"]`` is ``evaluate`` of the new state. Jit-compiled."""
+
+check_inputs = base.check_inputs
+
+ALGORITHM = federated.Algorithm(
+    name="fednova", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
+    check_inputs=check_inputs, summary="FedNova: FedAvg with updates normalised by each client's local steps",
+)

@@ -1,9 +1,10 @@
-"""FedPick (Zhu et al., 2023): personalized feature selection with a Gumbel-sigmoid straight-through
-mask, on a FedBN backbone (spec C and F.3; no public implementation exists, so this module is the
-reference, and every ambiguous choice is a documented :class:`Config` field).
+"""FedPick (Zhu et al., "Take Your Pick: Enabling Effective Personalized Federated Learning within
+Low-dimensional Feature Space", arXiv:2307.13995, 2023): personalized feature selection with a
+Gumbel-sigmoid straight-through mask, on a FedBN backbone. No public implementation exists, so this
+module is the reference, and every ambiguous choice is a documented :class:`Config` field.
 
-Model, per client ``i`` (spec C.1). The shared encoder gives ``z^g`` (k features) and the shared
-global head gives ``y^g = h^g(z^g)``. The personalized feature selection module (PFSM, local) has:
+Model, per client ``i``. The shared body (the paper's "global encoder") gives ``z^g`` (k features)
+and the shared global head gives ``y^g = h^g(z^g)``. The personalized feature selection module (PFSM, local) has:
 
 * a mask network ``z^l = phi_i(z^g)``, Linear(k -> k/2) -> ReLU -> Linear(k/2 -> k) (the paper's
   "Linear(d, d/2)" for the second layer is a typo: the mask needs k entries);
@@ -21,19 +22,25 @@ KL(q^g||q^p))`` with ``q = softmax``. The third term is the *negative* entropy (
 branch toward uniform predictions); the distillation acts between ``y^p`` and ``y^g`` (Algorithm 1's
 ``(y^p, y^u)`` is a typo); gradients flow into both branches unless ``kl_stop_gradient``.
 
-Server (spec C.4): sample-size weighted FedAvg of the encoder and ``h^g`` *without* their BatchNorm
-layers (FedBN); BN affine parameters and running statistics, and the whole PFSM, stay local.
-Prediction: ``softmax(y^g + y^p)`` (logits summed, ``ensemble="logits"``).
+Server (Algorithm 1): sample-size weighted FedAvg of the body and ``h^g`` *without* their BatchNorm
+layers (FedBN, :mod:`pflax.algorithms.fedbn`); BN affine parameters and running statistics, and the
+whole PFSM, stay local: the leaf-level sharing rule of :mod:`pflax.algorithms.leafwise` with
+FedPick's objective. Prediction: ``softmax(y^g + y^p)`` (logits summed, ``ensemble="logits"``).
 
 Ablations (Table IV) as switches: ``use_pfsm=False`` (w/o PFSM, exactly FedBN), ``lam_lce=0`` /
 ``lam_ent=0`` / ``lam_dis=0`` (w/o each loss), ``mask="soft"`` (``z^p = z^g * m^s``), ``share_bn``,
 ``share_pfsm``, ``ensemble="none"`` (predict with ``h^g`` only).
 
 Choices the paper leaves open, with our defaults: ``h^p``/``h^u`` copy ``h^g``'s architecture
-(including its BN layers, which are local like every BN); PFSM reads the encoder output (8192-dim
+(including its BN layers, which are local like every BN); PFSM reads the body's output (8192-dim
 flattened conv features for the Digits CNN, the 4096-dim fc2 output for AlexNet); no stop-gradient
 in the KL terms; the ensemble sums logits; every PFSM starts from the same random initialisation; the
 mask network has no BN.
+
+>>> from pflax.algorithms import fedpick
+>>> cfg = fedpick.Config(share_bn=True)
+>>> cfg.sharing.parts, cfg.sharing.bn
+(('body', 'head'), True)
 """
 from __future__ import annotations
 
@@ -46,31 +53,37 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..core import federated, rng
+from ..core.execution import map_clients
+from ..core.federated import State, sample_clients
 from ..core.losses import cross_entropy, masked_mean
-from ..core import rng
 from ..core.train import batched_apply
 from ..data.clients import ClientData
 from ..models import TorchDense
 from ..models.bn import BNModel
-from . import base, leafwise
+from . import leafwise
 from .common import init_on_execution_devices
-from .leafwise import Sharing, State, check_inputs, sample_clients  # noqa: F401
+from .leafwise import Sharing
 
 Array = jax.Array
 PyTree = Any
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "selection_mask",
-           "negative_entropy", "symmetric_kl", "loss_terms", "mask_frequency", "mask_overlap"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs", "pieces",
+           "selection_mask", "negative_entropy", "symmetric_kl", "loss_terms", "objective", "predict",
+           "mask_frequency", "mask_overlap"]
 
 MASK_MODES = ("hard", "soft")
 ENSEMBLES = ("logits", "probs", "none")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(leafwise.Config):
+class Config(leafwise.TrainingConfig):
     """FedPick's hyper-parameters. Defaults are the Digits-Five row of Table III (tau 10, lam_lce 10,
     lam_ent 0.001, lam_dis 10) with FedPick's SGD setting (lr 0.01, momentum 0.5, batch 64, 1 local
-    epoch, no weight decay). :meth:`office` gives the Office-Caltech-10 / DomainNet row."""
+    epoch, no weight decay). :meth:`office` gives the Office-Caltech-10 / DomainNet row.
+
+    What the server averages (:attr:`sharing`) follows from the switches ``share_bn`` and
+    ``share_pfsm`` (Table IV's ablations); it is not set directly."""
 
     tau: float = 10.0
     lam_lce: float = 10.0
@@ -98,9 +111,12 @@ class Config(leafwise.Config):
             raise ValueError(f"ensemble must be one of {ENSEMBLES}, got {self.ensemble!r}")
         if self.head_epochs:
             raise ValueError("FedPick trains all parameters jointly; head_epochs must be 0")
-        parts = ("encoder", "head") + (("pfsm",) if self.share_pfsm else ())
-        # The sharing rule follows from the switches; it is not set directly.
-        object.__setattr__(self, "sharing", Sharing(parts, bn=self.share_bn))
+
+    @property
+    def sharing(self) -> Sharing:
+        """Body and global head averaged without BN (FedBN); with ``share_pfsm`` the PFSM too, with
+        ``share_bn`` their BN leaves too."""
+        return Sharing(("body", "head") + (("pfsm",) if self.share_pfsm else ()), bn=self.share_bn)
 
     @classmethod
     def digits(cls, **kw) -> "Config":
@@ -162,9 +178,9 @@ def forward(model: BNModel, cfg: Config, params: PyTree, stats: PyTree, x: Array
             mask: Array | None = None, key: Array | None = None) -> tuple[dict, PyTree]:
     """All branches' logits ``{"global", "selected", "rejected", "mask"}`` and the new BN statistics.
     Noise is drawn only when ``train`` and a ``key`` is given."""
-    z, s_enc = model.encode(params, stats, x, train, mask)
+    z, s_body = model.encode(params, stats, x, train, mask)
     y_g, s_head = model.classify(params["head"], stats["head"], z, train, mask)
-    new_stats = {**stats, "encoder": s_enc, "head": s_head}
+    new_stats = {**stats, "body": s_body, "head": s_head}
     if not cfg.use_pfsm:
         return {"global": y_g}, new_stats
     pfsm, pfsm_stats = params["pfsm"], stats["pfsm"]
@@ -188,6 +204,8 @@ def loss_terms(model: BNModel, cfg: Config, params, stats, batch: dict, w: Array
 
 
 def objective(model: BNModel, cfg: Config, params, stats, batch, w, key):
+    """Eq. (15): ``gce + lam_lce * lce + lam_ent * ent + lam_dis * dis`` (``gce`` alone without the
+    PFSM), and the new BN statistics; :data:`pflax.algorithms.leafwise.Objective`'s signature."""
     terms, new_stats = loss_terms(model, cfg, params, stats, batch, w, key)
     total = terms["gce"]
     if cfg.use_pfsm:
@@ -207,7 +225,18 @@ def predict(model: BNModel, cfg: Config, variables: PyTree, x: Array) -> Array:
 
 @init_on_execution_devices
 def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: Config = Config()) -> State:
-    """Every client starts from the same encoder, heads and PFSM."""
+    """A round-0 FedPick state: every client starts from the same body, heads and PFSM (model keys
+    from ``split(key, 5)[:4]``, the training and sampling streams from the fifth).
+
+    Args:
+      key: PRNG key.
+      model: a :class:`pflax.models.bn.BNModel`.
+      sample_x: input samples (their shape fixes the model's).
+      num_clients: N.
+      config: :class:`Config`.
+    Returns:
+      the :class:`pflax.core.federated.State` (server and clients hold full variables).
+    """
     keys = jax.random.split(key, 5)
     variables = _initial_variables(model, keys[:4], sample_x[:1])
     return leafwise.init_from_variables(keys[4], variables, num_clients, model, config)
@@ -215,7 +244,7 @@ def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: 
 
 @functools.partial(jax.jit, static_argnums=0)
 def _initial_variables(model: BNModel, keys: Array, sample_x: Array) -> PyTree:
-    """Encoder, global head and PFSM, initialised as one compiled program. Eagerly the flax
+    """Body, global head and PFSM, initialised as one compiled program. Eagerly the flax
     initialisers compile op by op: FedPick's init of the test CNN took 7.5 s in a fresh process on a
     2-core CPU, 5.9 s this way. Same values (tested)."""
     k_model, k_mask, k_p, k_u = keys
@@ -227,43 +256,67 @@ def _initial_variables(model: BNModel, keys: Array, sample_x: Array) -> PyTree:
     return variables
 
 
-def _round(state: State, batch: ClientData, test: ClientData | None = None):
-    new_state, metrics = leafwise.run_round(state, batch, objective)
-    if test is not None:
-        metrics["accuracy"] = leafwise.run_evaluate(new_state, test, predict)["accuracy"]
-    return new_state, metrics
+def pieces(model: BNModel, cfg: Config) -> federated.RoundPieces:
+    """FedPick's round pieces: the leaf-level rule (:func:`pflax.algorithms.leafwise.pieces_for`)
+    with eq. (15) as the local objective."""
+    return leafwise.pieces_for(model, cfg, objective)
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One FedPick round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
-
-
-def _evaluate(state: State, test: ClientData) -> dict:
-    return leafwise.run_evaluate(state, test, predict)
+def _evaluate(state: State, test: ClientData, train: ClientData | None = None) -> dict:
+    return leafwise.evaluate_with(state, test, train, predict)
 
 
 evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "Each client's ensemble prediction on its own test split: ``{client_ids, accuracy, n}``."
+evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: each client's
+ensemble prediction (:func:`predict`, noise-free hard mask) on its own test split. Jit-compiled."""
+
+
+def _round(state: State, batch: ClientData, test: ClientData | None = None):
+    return federated.run_round(pieces(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one FedPick round (metrics ``n``,
+``loss`` per participant); with ``test`` (same clients), ``metrics["accuracy"]`` is ``evaluate`` of
+the new state. Jit-compiled."""
+
+
+check_inputs = leafwise.check_inputs
+
+ALGORITHM = federated.Algorithm(
+    name="fedpick", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces,
+    check_inputs=check_inputs,
+    summary="FedPick (BN models only): per-client feature selection (Gumbel-sigmoid mask) on a FedBN backbone")
 
 
 @jax.jit
 def mask_frequency(state: State, data: ClientData) -> Array:
-    """``[clients, k]``: for each client, the fraction of its real samples on which each feature is
-    selected by its own evaluation-mode (noise-free, hard) mask."""
+    """``[clients, k]``: for each client of ``data``, the fraction of its real samples on which each
+    feature is selected by its own evaluation-mode (noise-free, hard) mask.
+
+    Args:
+      state: a FedPick state with ``use_pfsm=True``.
+      data: the clients' samples (any split).
+    Returns:
+      the selection frequencies, one row per client of ``data``.
+    """
     if not state.config.use_pfsm:
         raise ValueError("mask_frequency needs a FedPick state with use_pfsm=True")
     model, cfg = state.model, state.config
-    variables = leafwise.personal_variables(state, data.client_ids)
+    share = cfg.sharing.mask(state.server)
 
-    def one(c, _):
+    def one(c, server):
+        variables = leafwise.personal(server, c["client"], share)
+
         def masks(xb):
-            return forward(model, cfg, c["v"]["params"], c["v"]["batch_stats"], xb, False)[0]["mask"]
+            return forward(model, cfg, variables["params"], variables["batch_stats"], xb, False)[0]["mask"]
 
         m = batched_apply(masks, c["x"])
         w = c["mask"].astype(m.dtype)[:, None]
         return (m * w).sum(0) / jnp.maximum(w.sum(), 1.0)
 
-    return base.run_clients(state, {"x": data.x, "mask": data.mask, "v": variables}, one, shared=())
+    clients = {"x": data.x, "mask": data.mask, "client": federated.take(state.clients, data.client_ids)}
+    return map_clients(one, clients, state.server, federated.execution_of(state))
 
 
 def mask_overlap(frequency: np.ndarray, threshold: float = 0.5) -> np.ndarray:

@@ -1,9 +1,11 @@
-"""FedProto (Tan et al., 2022): clients share class prototypes, never model parameters.
+"""FedProto (Tan et al., "FedProto: Federated Prototype Learning across Heterogeneous Clients", AAAI
+2022; official code: https://github.com/yuetan031/fedproto): clients share class prototypes, never
+model parameters.
 
-State: ``shared`` = the global prototypes ``{"protos": [K, d], "valid": [K]}`` (one per class, valid
-once some participant has held the class); ``local`` = every client's whole model (body + head).
+State: ``server`` = the global prototypes ``{"protos": [K, d], "valid": [K]}`` (one per class, valid
+once some participant has held the class); ``clients`` = every client's whole model (body + head).
 
-One round, for the participants: each one
+One round, for the participants (the paper's Algorithm 1): each one
 
 1. trains its own model for ``local_epochs`` (E = 5) epochs (fresh SGD, FedPAC's common setting) on
    ``CE + lam * MSE(f(x), C_y)``, where ``f`` is the body's feature, ``C_y`` the global prototype of
@@ -19,13 +21,25 @@ The server sets ``C_y = sum_i n_{i,y} c_{i,y} / sum_i n_{i,y}`` over the partici
 (``pflax.core.aggregate.aggregate_centroids``). Evaluation: each client's own model on its own test
 split.
 
-Defaults and sources: ``lam = 1`` (FedProto's ``ld`` default); local training in FedPAC's common
-setting. Deliberate differences from the paper/official code: the global prototype is
+Defaults and sources: ``lam = 1`` (the official code's ``ld`` default); local training in FedPAC's
+common setting. Deliberate differences from the paper/official code: the global prototype is
 count-weighted (the official ``proto_aggregation`` takes the unweighted mean over clients holding the
 class); prototypes are computed once after training with the trained body (the official code averages
 the features seen during all local epochs' minibatches, i.e. with a moving model); evaluation uses the
 model's head (the official code also reports nearest-prototype accuracy). All clients start from one
 shared initialisation.
+
+>>> import jax
+>>> from pflax.algorithms import fedproto
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
+>>> state = fedproto.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedproto.Config(local_epochs=1))
+>>> state, metrics = fedproto.round(state, train, test)
+>>> state.server["protos"].shape, int(state.server["valid"].sum()), metrics["accuracy"].shape
+((10, 8), 10, (2,))
 """
 from __future__ import annotations
 
@@ -35,17 +49,20 @@ import jax
 import jax.numpy as jnp
 
 from . import base
-from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
-from ..core import aggregate, stats
+from ..core import aggregate, federated, stats
+from ..core.federated import State, sample_clients
 from ..core.losses import cross_entropy, masked_mean, squared_error_per_sample
 from ..core.train import batched_apply
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "prototypes"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
+           "prototypes", "proto_loss"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """FedProto's prototype-regulariser weight ``lam`` on top of the common SGD setting."""
+
     lam: float = 1.0
 
     def __post_init__(self):
@@ -55,14 +72,34 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """``shared`` = no valid prototypes yet; ``local`` = every client's copy of one initial model."""
+    """A round-0 FedProto state.
+
+    Args:
+      key: PRNG key; the model comes from the first of ``split(key, 3)``, as for every algorithm.
+      model: a split model (``body`` and ``head``; ``model.feature_dim`` is the prototype size).
+      sample_x: one client's inputs (only the shape of ``sample_x[:1]`` is used).
+      num_clients: ``N``.
+      config: :class:`Config`.
+
+    Returns:
+      ``State`` with ``server`` = no valid prototype yet (``{"protos": zeros [K, d], "valid": False
+      [K]}``) and ``clients`` = every client's copy of one initial model.
+    """
+    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
     protos = {"protos": jnp.zeros((model.num_classes, model.feature_dim), jnp.float32),
               "valid": jnp.zeros((model.num_classes,), bool)}
-    return base.init_state(key, model, sample_x, num_clients, config, lambda params: (protos, params))
+    return State.create(key, protos, params, num_clients, model, config)
 
 
 def prototypes(model, body, x, y, mask):
-    """``(means [K, d], counts [K])``: masked class means of the body's features over one client's data."""
+    """One client's prototypes: the masked class means of the body's features.
+
+    Args:
+      model: the split model; body: its body's parameters; x, y, mask: the client's (padded) data.
+
+    Returns:
+      ``(means [K, d], counts [K])``; a class the client lacks has count 0 (and a zero mean).
+    """
     features = batched_apply(lambda xb: model.features(body, xb), x)
     sums = stats.class_sums(features, y, mask, model.num_classes)
     means, _ = stats.class_means(sums)
@@ -70,7 +107,14 @@ def prototypes(model, body, x, y, mask):
 
 
 def proto_loss(model, global_protos, lam: float):
-    """``CE + lam * MSE(f(x), C_y)``; classes without a valid prototype add nothing to the MSE."""
+    """FedProto's local loss ``CE + lam * MSE(f(x), C_y)``, in ``base.train``'s loss signature.
+
+    Args:
+      model: the split model; global_protos: ``{"protos": [K, d], "valid": [K]}``; lam: the weight.
+
+    Returns:
+      ``loss(params, batch, w)``; samples of classes without a valid prototype add nothing to the MSE.
+    """
     protos, valid = global_protos["protos"], global_protos["valid"]
 
     def loss(params, batch, w):
@@ -82,30 +126,49 @@ def proto_loss(model, global_protos, lam: float):
     return loss
 
 
-def _client_update(client, global_protos, model, cfg: Config):
-    params, loss = base.train(client["local"], proto_loss(model, global_protos, cfg.lam), client, cfg)
-    means, counts = prototypes(model, params["body"], client["x"], client["y"], client["mask"])
-    return {"params": params, "protos": means, "counts": counts, "n": base.num_samples(client), "loss": loss}
+def _local_update(global_protos, participant, model, cfg: Config) -> dict:
+    params, loss = base.train(participant["client"], proto_loss(model, global_protos, cfg.lam), participant, cfg)
+    means, counts = prototypes(model, params["body"], participant["x"], participant["y"], participant["mask"])
+    return {"client": params, "protos": means, "counts": counts, "n": base.num_samples(participant), "loss": loss}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg))
-    protos, valid = aggregate.aggregate_centroids(out["protos"], out["counts"], state.shared["protos"], state.shared["valid"])
-    metrics = {"n": out["n"], "loss": out["loss"]}
-    new_state, metrics = base.finish_round(state, batch, {"protos": protos, "valid": valid}, out["params"], metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
+    protos, valid = aggregate.aggregate_centroids(uploads["protos"], uploads["counts"], state.server["protos"],
+                                                  state.server["valid"])
+    return {"protos": protos, "valid": valid}, None, {"n": uploads["n"], "loss": uploads["loss"]}
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One FedProto round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """FedProto's round: the global prototypes to everyone, local training, count-weighted prototypes."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda protos, participant: _local_update(protos, participant, model, cfg),
+        server_update=_server_update,
+    )
 
 
-def _evaluate(state: State, test):
-    return base.evaluate_personal(state, test, lambda c, shared: c["local"])
+def _evaluate(state: State, test, train=None) -> dict:
+    model = state.model
+    return federated.evaluate_clients(state, test, train, lambda c, server: base.accuracy_of(model, c["client"], c))
 
 
 evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "Each client's own model on its own test split: ``{client_ids, accuracy, n}``."
+evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: each client's own
+model on its own test split (``train`` is not used)."""
+
+
+def _round(state: State, batch, test=None):
+    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one FedProto round for the participants
+in ``batch``; per-client ``n`` and ``loss``, and with ``test`` (same clients) ``accuracy`` of the new state.
+Jit-compiled."""
+
+check_inputs = base.check_inputs
+
+ALGORITHM = federated.Algorithm(
+    name="fedproto", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
+    check_inputs=check_inputs, summary="FedProto: clients share class prototypes, never model parameters",
+)

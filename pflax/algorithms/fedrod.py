@@ -1,15 +1,22 @@
-"""Fed-RoD (Chen & Chao, 2022): a generic model trained for balance, plus a personal head.
+"""Fed-RoD (Chen & Chao, "On Bridging Generic and Personalized Federated Learning for Image
+Classification", ICLR 2022; official code: https://github.com/hongyouc/Fed-RoD): a generic model
+trained for balance, plus a personal head.
 
 Model: the shared body ``f``, the shared *generic* head ``g`` and a per-client *personal* head ``p``
-(same shape as the model's head). The personal prediction is ``g(f(x)) + p(f(x))`` (the original
-paper's residual form); the generic prediction is ``g(f(x))``.
+(same shape as the model's head). The personal prediction is ``g(f(x)) + p(f(x))`` (the paper's
+residual form of the two heads); the generic prediction is ``g(f(x))``.
+
+State: ``server = {"body", "head"}`` (the generic model); ``clients = {"personal": [N, ...]}``, each
+client's personal head.
 
 One round, for the participants: each one runs ``local_epochs`` (E = 5) epochs of SGD (fresh
 optimiser, FedPAC's common setting) on the sum of
 
-* the **balanced softmax** loss of the generic path: CE of ``g(z) + gamma * log n_{i,y}``, where
-  ``n_{i,y}`` is the client's number of training samples of class ``y`` (``gamma = 1``); classes the
-  client lacks get a -1e9 offset (``log 0``), so they drop out of its softmax;
+* the **balanced softmax** loss of the generic path (Ren et al., "Balanced Meta-Softmax", NeurIPS
+  2020, the paper's choice of balanced risk): CE of
+  ``g(z) + gamma * log n_{i,y}``, where ``n_{i,y}`` is the client's number of training samples of
+  class ``y`` (``gamma = 1``); classes the client lacks get a -1e9 offset (``log 0``), so they drop
+  out of its softmax;
 * plain CE of the personal path ``stop_gradient(g(z)) + p(stop_gradient(z))``.
 
 The server takes the sample-size weighted mean of bodies and generic heads; personal heads are never
@@ -19,6 +26,20 @@ Deliberate choices: the personal loss trains only the personal head (``z`` and `
 there), so the shared body and generic head learn from the balanced objective alone, which is what
 the server averages; the personal head starts at zero, so each client's personal model starts as the
 generic one. One optimiser (per-leaf momentum and decay) serves all three parts.
+
+>>> import jax
+>>> from pflax.algorithms import fedrod
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
+>>> state = fedrod.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedrod.Config(local_epochs=1))
+>>> sorted(state.server), sorted(state.clients)
+(['body', 'head'], ['personal'])
+>>> state, metrics = fedrod.round(state, train, test)
+>>> metrics["accuracy"].shape
+(2,)
 """
 from __future__ import annotations
 
@@ -28,19 +49,23 @@ import jax
 import jax.numpy as jnp
 
 from . import base
-from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
+from ..core import federated
+from ..core.federated import State, sample_clients
 from ..core.losses import cross_entropy, masked_mean
 from ..core.train import batched_apply
 from ..metrics import masked_accuracy
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "personal_logits"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
+           "personal_logits", "balanced_offsets"]
 
 ABSENT_CLASS_OFFSET = -1e9  # stands for log(0) without producing inf - inf = NaN anywhere
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """Fed-RoD's balanced-softmax exponent ``gamma`` (1: the paper's BSM) on top of the common SGD setting."""
+
     gamma: float = 1.0
 
     def __post_init__(self):
@@ -50,24 +75,59 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """``shared = {"body", "head"}`` (generic); ``local = {"personal": zero head}`` per client."""
-    zero_head = lambda params: jax.tree.map(jnp.zeros_like, params["head"])
-    return base.init_state(key, model, sample_x, num_clients, config, lambda params: (params, {"personal": zero_head(params)}))
+    """A round-0 Fed-RoD state.
+
+    Args:
+      key: PRNG key; the model comes from the first of ``split(key, 3)``, as for every algorithm.
+      model: a split model (``body`` and ``head``).
+      sample_x: one client's inputs (only the shape of ``sample_x[:1]`` is used).
+      num_clients: ``N``.
+      config: :class:`Config`.
+
+    Returns:
+      ``State`` with ``server = {"body", "head"}`` (the generic model) and ``clients = {"personal":
+      zero head}`` for every client.
+    """
+    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
+    personal = {"personal": jax.tree.map(jnp.zeros_like, params["head"])}
+    return State.create(key, params, personal, num_clients, model, config)
 
 
 def personal_logits(model, shared, personal, x):
+    """The personal path ``g(f(x)) + p(f(x))``.
+
+    Args:
+      model: the split model.
+      shared: ``{"body", "head"}``, the generic model.
+      personal: the personal head's parameters.
+      x: inputs ``[n, ...]``.
+
+    Returns:
+      Logits ``[n, K]``.
+    """
     z = model.features(shared["body"], x)
     return model.logits_from_features(shared["head"], z) + model.logits_from_features(personal, z)
 
 
 def balanced_offsets(y, mask, num_classes: int, gamma: float):
-    """``gamma * log n_{i,y}`` per class from the client's training labels."""
+    """``gamma * log n_{i,y}`` per class from the client's training labels (absent classes: -1e9).
+
+    Args:
+      y: labels ``[n]``; mask: real samples ``[n]``; num_classes: ``K``; gamma: the exponent.
+
+    Returns:
+      ``[K]`` float32 offsets added to the generic logits.
+
+    >>> import jax.numpy as jnp
+    >>> balanced_offsets(jnp.array([0, 0, 1]), jnp.array([True, True, True]), 3, 1.0).tolist()[:2]
+    [0.6931471824645996, 0.0]
+    """
     counts = jnp.zeros((num_classes,), jnp.float32).at[y].add(mask.astype(jnp.float32))
     return jnp.where(counts > 0, gamma * jnp.log(jnp.maximum(counts, 1.0)), ABSENT_CLASS_OFFSET)
 
 
-def _client_update(client, shared, model, cfg: Config):
-    offsets = balanced_offsets(client["y"], client["mask"], model.num_classes, cfg.gamma)
+def _local_update(server, participant, model, cfg: Config) -> dict:
+    offsets = balanced_offsets(participant["y"], participant["mask"], model.num_classes, cfg.gamma)
 
     def loss(p, batch, w):
         z = model.features(p["body"], batch["x"])
@@ -76,37 +136,51 @@ def _client_update(client, shared, model, cfg: Config):
         personal = jax.lax.stop_gradient(generic) + model.logits_from_features(p["personal"], jax.lax.stop_gradient(z))
         return balanced + masked_mean(cross_entropy(personal, batch["y"]), w)
 
-    params, loss_value = base.train({**shared, **client["local"]}, loss, client, cfg)
-    return {"shared": {k: params[k] for k in ("body", "head")}, "personal": params["personal"],
-            "n": base.num_samples(client), "loss": loss_value}
+    params, loss_value = base.train({**server, **participant["client"]}, loss, participant, cfg)
+    return {"mean": {k: params[k] for k in ("body", "head")}, "client": {"personal": params["personal"]},
+            "n": base.num_samples(participant), "loss": loss_value}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    out, shared = base.run_clients_and_average(
-        state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg), "shared", state.shared)
-    new_local = {"personal": out["personal"]}
-    new_state, metrics = base.finish_round(state, batch, shared, new_local, {"n": out["n"], "loss": out["loss"]})
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
+    return federated.mean_or(reduced, state.server), None, {"n": uploads["n"], "loss": uploads["loss"]}
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One Fed-RoD round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """Fed-RoD's round: the generic model to everyone, the two-loss local training, the weighted mean."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda server, participant: _local_update(server, participant, model, cfg),
+        server_update=_server_update,
+    )
 
 
-def _evaluate(state: State, test):
+def _score(c: dict, server, model) -> jax.Array:
+    logits = batched_apply(lambda xb: personal_logits(model, server, c["client"]["personal"], xb), c["x"])
+    return masked_accuracy(logits, c["y"], c["mask"])
+
+
+def _evaluate(state: State, test, train=None) -> dict:
     model = state.model
-
-    def one(c, shared):
-        logits = batched_apply(lambda xb: personal_logits(model, shared, c["local"]["personal"], xb), c["x"])
-        return masked_accuracy(logits, c["y"], c["mask"])
-
-    per_client = {"x": test.x, "y": test.y, "mask": test.mask, "local": base.take(state.local, test.client_ids)}
-    acc = base.run_clients(state, per_client, one)
-    return {"client_ids": test.client_ids, "accuracy": acc, "n": test.mask.sum(1)}
+    return federated.evaluate_clients(state, test, train, lambda c, server: _score(c, server, model))
 
 
 evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "The personal path g(z) + p_i(z) on each client's test split: ``{client_ids, accuracy, n}``."
+evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: the personal path
+``g(z) + p_i(z)`` on each client's own test split (``train`` is not used)."""
+
+
+def _round(state: State, batch, test=None):
+    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one Fed-RoD round for the participants
+in ``batch``; per-client ``n`` and ``loss``, and with ``test`` (same clients) ``accuracy`` of the new state.
+Jit-compiled."""
+
+check_inputs = base.check_inputs
+
+ALGORITHM = federated.Algorithm(
+    name="fedrod", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
+    check_inputs=check_inputs, summary="Fed-RoD: balanced-softmax generic model plus a personal head",
+)

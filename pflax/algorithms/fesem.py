@@ -1,7 +1,9 @@
-"""FeSEM (Xie et al., 2021, "Multi-center federated learning"): k-means over client models.
+"""FeSEM (Xie et al., 2021, "Multi-center federated learning: clients clustering for better
+personalization", Algorithm 1; https://github.com/mingxuts/multi-center-fed-learning): k-means over
+client models.
 
-State: ``shared`` = ``{"centers": K models, "ready": bool}``; ``local`` = every client's own model
-``W_i`` (from its latest local update) and its cluster ``{"cluster": int32}``.
+State: ``server`` = ``{"centers": K models, "ready": bool}``; ``clients`` = every client's own model
+``W_i`` (from its latest local update) and its cluster: ``{"params", "cluster": int32}``.
 
 The objective is ``sum_i ||W_i - W~_{r_i}||^2`` (plus the local losses), minimised alternately. One
 round, for the participants:
@@ -17,7 +19,9 @@ Centre initialisation (the first round with any participant holding data): the p
 their stored model (the shared initial model) locally; the server then picks ``K`` of the trained
 models as centres by deterministic farthest-point (maximin) selection -- the first participant with
 data, then repeatedly the model farthest from the centres chosen so far -- assigns every participant
-to its nearest centre and takes the M-step. From then on rounds are as above.
+to its nearest centre and takes the M-step. From then on rounds are as above. Because that first
+assignment is the server's, the participants' trained models are stacked (the M-step is
+:func:`pflax.algorithms.clustered.member_means`).
 
 Evaluation: the centre of each client's cluster, on the client's own test split.
 
@@ -38,39 +42,49 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from . import base
-from .base import State, check_inputs, sample_clients
+from ..core import federated
+from ..core.federated import State, sample_clients
+from . import base, clustered
 from .common import init_on_execution_devices
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
            "sq_distances", "farthest_point"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(base.SGDConfig):
-    num_clusters: int = 3
-
-    def __post_init__(self):
-        super().__post_init__()
-        base.require(self.num_clusters >= 1, f"FeSEM num_clusters must be >= 1, got {self.num_clusters}")
+class Config(clustered.Config):
+    """``num_clusters`` = K centres (default 3) on top of FedPAC's common SGD setting."""
 
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """Centres are placeholders (copies of the initial model) until the first round initialises them."""
-    state = base.init_state(key, model, sample_x, num_clients, config,
-                            lambda params: ((), {"params": params, "cluster": jnp.zeros((), jnp.int32)}))
-    centers = base.init_heads(base.pick(state.local["params"], 0), config.num_clusters)
-    return state.replace(shared={"centers": centers, "ready": jnp.zeros((), bool)})
+    """Every client stores the one initial model (cluster 0); the centres are placeholders (copies of
+    that model, ``ready`` False) until the first round with data initialises them."""
+    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
+    server = {"centers": federated.broadcast_rows(params, config.num_clusters), "ready": jnp.zeros((), bool)}
+    return State.create(key, server, {"params": params, "cluster": jnp.zeros((), jnp.int32)}, num_clients, model, config)
 
 
 def sq_distances(rows, centers_flat):
-    """``[m, K]`` squared Euclidean distances between flattened models and flattened centres."""
+    """``[m, K]`` squared Euclidean distances between flattened models ``rows [m, P]`` and flattened
+    centres ``centers_flat [K, P]``.
+
+    >>> import jax.numpy as jnp
+    >>> sq_distances(jnp.array([[0.0, 0.0]]), jnp.array([[1.0, 0.0], [3.0, 4.0]])).tolist()
+    [[1.0, 25.0]]
+    """
     return jnp.sum(jnp.square(rows[:, None, :] - centers_flat[None, :, :]), axis=-1)
 
 
 def farthest_point(rows, valid, k: int):
-    """Indices ``[k]`` of a maximin selection among the valid rows, starting at the first valid one."""
+    """Indices ``[k]`` of a maximin selection among the valid rows of ``rows [m, P]``, starting at the
+    first valid one and then repeatedly taking the row farthest from those chosen so far.
+
+    >>> import jax.numpy as jnp
+    >>> rows = jnp.array([[0.0], [1.0], [10.0], [4.0]])
+    >>> farthest_point(rows, jnp.array([False, True, True, True]), 3).tolist()
+    [1, 2, 3]
+    """
     first = jnp.argmax(valid)
 
     def body(j, chosen):
@@ -80,44 +94,44 @@ def farthest_point(rows, valid, k: int):
     return jax.lax.fori_loop(1, k, body, jnp.full((k,), first))
 
 
-def _client_update(client, shared, model, cfg: Config):
-    own = client["local"]["params"]
-    centers_flat = base.flat_rows(shared["centers"])
+def _local_update(server, participant: dict, model, cfg: Config) -> dict:
+    own = participant["client"]["params"]
+    centers_flat = base.flat_rows(server["centers"])
     d = sq_distances(ravel_pytree(own)[0][None, :], centers_flat)[0]
     chosen = jnp.argmin(d).astype(jnp.int32)
-    start = jax.tree.map(lambda c, w: jnp.where(shared["ready"], c, w), base.pick(shared["centers"], chosen), own)
-    params, loss = base.train(start, base.ce_loss(model), client, cfg)
-    return {"params": params, "cluster": chosen, "n": base.num_samples(client), "loss": loss}
+    start = jax.tree.map(lambda c, w: jnp.where(server["ready"], c, w), base.pick(server["centers"], chosen), own)
+    params, loss = base.train(start, base.ce_loss(model), participant, cfg)
+    return {"params": params, "cluster": chosen, "n": base.num_samples(participant), "loss": loss}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    out = base.run_clients(state, base.client_inputs(state, batch), lambda c, s: _client_update(c, s, model, cfg))
-    n, ready = out["n"], state.shared["ready"]
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
+    cfg = state.config
+    params, n, ready = uploads["params"], uploads["n"], state.server["ready"]
     # First round: centres from the trained models (maximin), then the E-step against them.
-    rows = base.flat_rows(out["params"])
+    rows = base.flat_rows(params)
     seeds = farthest_point(rows, n > 0, cfg.num_clusters)
-    seeded = base.take(out["params"], seeds)
+    seeded = federated.take(params, seeds)
     seeded_assign = jnp.argmin(sq_distances(rows, rows[seeds]), axis=1).astype(jnp.int32)
-    assign = jnp.where(ready, out["cluster"], seeded_assign)
-    fallback = jax.tree.map(lambda c, s: jnp.where(ready, c, s), state.shared["centers"], seeded)
-    centers = base.per_cluster_mean(out["params"], jax.nn.one_hot(assign, cfg.num_clusters) * n[:, None], fallback)
-    shared = {"centers": centers, "ready": ready | jnp.any(n > 0)}
-    new_local = base.keep_if_empty({"params": out["params"], "cluster": assign}, base.take(state.local, batch.client_ids), n)
-    metrics = {"n": n, "loss": out["loss"], "cluster": assign}
-    new_state, metrics = base.finish_round(state, batch, shared, new_local, metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+    assign = jnp.where(ready, uploads["cluster"], seeded_assign)
+    fallback = jax.tree.map(lambda c, s: jnp.where(ready, c, s), state.server["centers"], seeded)
+    centers = clustered.member_means(params, assign, n, cfg.num_clusters, fallback)
+    server = {"centers": centers, "ready": ready | jnp.any(n > 0)}
+    client_rows = base.keep_if_empty({"params": params, "cluster": assign},
+                                     federated.take(state.clients, batch.client_ids), n)
+    return server, client_rows, {"n": n, "loss": uploads["loss"], "cluster": assign}
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One FeSEM round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics incl. the cluster."
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """FeSEM's round: broadcast the centres; E-step and local training from the assigned centre;
+    M-step (and, in the first round, the maximin centres) on the server."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda server, participant: _local_update(server, participant, model, cfg),
+        server_update=_server_update,
+    )
 
 
-def _evaluate(state: State, test):
-    return base.evaluate_personal(state, test, lambda c, shared: base.pick(shared["centers"], c["local"]["cluster"]))
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "The centre of each client's cluster on its own test split: ``{client_ids, accuracy, n}``."
+ALGORITHM = clustered.algorithm("fesem", Config, init, pieces_for, clustered.assigned_score(lambda s: s["centers"]),
+                                "FeSEM: k-means over client models (K centres, farthest-point start)",
+                                "the centre of each client's cluster")
+round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

@@ -1,4 +1,6 @@
-"""HypCluster (Mansour et al., 2020): k hypotheses; each client uses the one with the lowest local loss.
+"""HypCluster (Mansour et al., 2020, "Three Approaches for Personalization with Applications to
+Federated Learning", the HypCluster algorithm): k hypotheses; each client uses the one with the lowest
+local loss.
 
 **Identical in rule to IFCA** (``pflax.algorithms.ifca``), so this module is a thin configuration of
 IFCA's code, not a copy: every round each participant evaluates all ``k`` shared hypotheses on its
@@ -6,13 +8,14 @@ training split (masked mean cross-entropy), is mapped to the argmin (ties to the
 trains that hypothesis for ``local_epochs`` (E = 5) epochs with a fresh SGD (FedPAC's common
 setting), and the server replaces each hypothesis by the sample-size weighted mean of its members'
 models (a hypothesis nobody chose is kept). Evaluation: each client's mapped hypothesis on its own
-test split. The state keeps every client's hypothesis index (``local["cluster"]``).
+test split. The state keeps every client's hypothesis index (``clients["cluster"]``).
 
 Why the same: Mansour et al.'s HypCluster alternates "map each client to the hypothesis of lowest
 empirical loss on its data" with "train each hypothesis federatedly (FedAvg) on the clients mapped to
-it", which is IFCA's loop with model averaging; spec D's HypCluster row says the same ("each client
-trains the model with the lowest local loss"). The per-hypothesis average is sample-size weighted
-(FedPAC's common aggregation; for IFCA this is a documented difference from its equal-weight mean).
+it", which is IFCA's loop (Ghosh et al., 2020, Algorithm 1) with model averaging; FedPAC's description
+of the baseline (Xu et al., 2023) says the same ("each client trains the model with the lowest local
+loss"). The per-hypothesis average is sample-size weighted (FedPAC's common aggregation; for IFCA this
+is a documented difference from its equal-weight mean).
 
 Defaults: ``k = 3`` (FedPAC's Table 4 reports k = 3 and 5); the common SGD setting. Differences from the
 paper as in IFCA's docstring: k independent random initialisations; a client that never participated
@@ -22,11 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..core.federated import State, sample_clients
 from . import ifca
-from .base import State, check_inputs, sample_clients
-from .ifca import evaluate, model_losses, round  # noqa: A004, F401 (the same rule: IFCA's jitted round/evaluate)
+from .ifca import check_inputs, evaluate, model_losses, round  # noqa: A004, F401 (the same rule: IFCA's jitted round/evaluate)
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "model_losses"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
+           "model_losses"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,4 +39,10 @@ class Config(ifca.Config):
 
 
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
+    """IFCA's ``init`` with HypCluster's config: ``k`` hypotheses on the server, index 0 for every client."""
     return ifca.init(key, model, sample_x, num_clients, config)
+
+
+ALGORITHM = dataclasses.replace(
+    ifca.ALGORITHM, name="hypcluster", Config=Config, init=init,
+    summary="HypCluster: k hypotheses, each client maps to the lowest-loss one (IFCA's rule)")

@@ -1,6 +1,8 @@
-"""IFCA (Ghosh et al., 2020): k cluster models; each client trains the one with the lowest loss.
+"""IFCA (Ghosh et al., 2020, "An Efficient Framework for Clustered Federated Learning", Algorithm 1
+with the model-averaging option; https://github.com/jichan3751/ifca): k cluster models; each client
+trains the one with the lowest loss.
 
-State: ``shared`` = ``k`` cluster models on a leading axis (default ``k = 3``); ``local`` = every
+State: ``server`` = ``k`` cluster models on a leading axis (default ``k = 3``); ``clients`` = every
 client's cluster identity ``{"cluster": int32}`` (0 until the client first participates).
 
 One round, for the participants: each one
@@ -9,7 +11,8 @@ One round, for the participants: each one
    cross-entropy, the estimated local loss ``F_i(theta_j)``) and picks ``j_i = argmin_j F_i(theta_j)``
    (ties go to the lowest index);
 2. trains a copy of ``theta_{j_i}`` for ``local_epochs`` (E = 5) epochs with plain cross-entropy and a
-   fresh SGD (FedPAC's common setting), and uploads it with ``j_i``.
+   fresh SGD (FedPAC's common setting), and uploads it with ``j_i``, as its term of cluster
+   ``j_i``'s weighted mean (summed as the clients finish, :mod:`pflax.algorithms.clustered`).
 
 The server replaces every cluster model by the sample-size weighted mean of the models its members
 uploaded (IFCA's "model averaging" option); a cluster no participant chose keeps its model.
@@ -19,8 +22,9 @@ Participants store ``j_i``; non-participants, and participants without data (who
 Evaluation: each client's currently chosen cluster model ``theta_{j_i}`` (after this round's
 aggregation) on its own test split.
 
-Defaults and sources: ``k = 3`` (spec D gives no k for IFCA; FedPAC's HypCluster/FedEM rows use 3);
-local training is FedPAC's common SGD setting (lr 0.01, momentum 0.5, wd 5e-4, batch 50, E = 5).
+Defaults and sources: ``k = 3`` (as FedPAC's clustered baselines, Xu et al., 2023, Table 4: HypCluster
+k = 3 and FedEM M = 3); local training is FedPAC's common SGD setting (lr 0.01, momentum 0.5, wd 5e-4,
+batch 50, E = 5).
 
 Deliberate differences from the paper: the cluster average is weighted by sample size (FedPAC's
 common aggregation; IFCA's Algorithm 1 averages members with equal weights); the k models are k
@@ -29,6 +33,17 @@ shared-representation variant; a client that has never participated is evaluated
 no loss estimate yet).
 
 HypCluster (``pflax.algorithms.hypcluster``) is the same rule and reuses this module's code.
+
+>>> import jax
+>>> from pflax.algorithms import ifca
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> state = ifca.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, ifca.Config(local_epochs=1))
+>>> state, metrics = ifca.round(state, train)
+>>> state.clients["cluster"].shape, metrics["cluster_losses"].shape
+((2,), (2, 3))
 """
 from __future__ import annotations
 
@@ -37,70 +52,64 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from ..core import aggregate
-from ..core.execution import map_reduce_clients
-from . import base
-from .base import State, check_inputs, sample_clients
+from ..core import aggregate, federated
+from ..core.federated import State, sample_clients
+from . import base, clustered
 from .common import init_on_execution_devices
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "model_losses"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
+           "model_losses"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(base.SGDConfig):
-    num_clusters: int = 3
-
-    def __post_init__(self):
-        super().__post_init__()
-        base.require(self.num_clusters >= 1, f"{type(self).__module__}: num_clusters must be >= 1, got {self.num_clusters}")
+class Config(clustered.Config):
+    """``num_clusters`` = k cluster models (default 3) on top of FedPAC's common SGD setting."""
 
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """``shared`` = ``num_clusters`` independently initialised models; ``local`` = ``{"cluster": 0}``."""
-    state = base.init_state(key, model, sample_x, num_clients, config,
-                            lambda params: ((), {"cluster": jnp.zeros((), jnp.int32)}))
-    return state.replace(shared=base.stacked_models(key, model, sample_x, config.num_clusters))
+    """``server`` = ``num_clusters`` independently initialised models (:func:`base.stacked_models`: model
+    0 is FedAvg's initial model); ``clients`` = ``{"cluster": 0}`` for every client."""
+    models = base.stacked_models(key, model, sample_x, config.num_clusters)
+    return State.create(key, models, {"cluster": jnp.zeros((), jnp.int32)}, num_clients, model, config)
 
 
 def model_losses(model, models, x, y, mask):
-    """``[k]``: masked mean training loss of every model of the stack on one client's data."""
+    """The estimated local losses ``F_i(theta_j)`` of one client.
+
+    Args:
+      model: the :class:`pflax.models.SplitModel`.
+      models: a stack of ``k`` parameter trees.
+      x, y, mask: one client's (padded) training split.
+    Returns:
+      ``[k]``: the masked mean cross-entropy of every model of the stack (0 without data).
+    """
     return jax.lax.map(lambda params: base.data_loss(model, params, x, y, mask), models)
 
 
-def _client_update(client, models, model, cfg: Config):
-    losses = model_losses(model, models, client["x"], client["y"], client["mask"])
+def _local_update(models, participant: dict, model, cfg: Config) -> dict:
+    losses = model_losses(model, models, participant["x"], participant["y"], participant["mask"])
     chosen = jnp.argmin(losses).astype(jnp.int32)
-    params, loss = base.train(base.pick(models, chosen), base.ce_loss(model), client, cfg)
-    n = base.num_samples(client)
+    params, loss = base.train(base.pick(models, chosen), base.ce_loss(model), participant, cfg)
+    n = base.num_samples(participant)
     # This client's term of every cluster's sample-size weighted mean (zero except at its cluster).
     membership = jax.nn.one_hot(chosen, cfg.num_clusters) * n
-    kept = {"cluster": chosen, "cluster_losses": losses, "n": n, "loss": loss}
     copies = jax.tree.map(lambda x: jnp.broadcast_to(x, (cfg.num_clusters,) + x.shape), params)
-    return kept, aggregate.grouped_term(copies, membership)
+    return {"sum": aggregate.grouped_term(copies, membership),
+            "client": clustered.unless_empty({"cluster": chosen}, participant),
+            "n": n, "loss": loss, "cluster": chosen, "cluster_losses": losses}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    # Each cluster's mean is summed as the clients finish: the trained models are never stacked.
-    out, summed = map_reduce_clients(lambda c, s: _client_update(c, s, model, cfg), base.client_inputs(state, batch),
-                                     state.shared, cfg.execution)
-    shared = aggregate.grouped_means(summed, fallback=state.shared)
-    metrics = {"n": out["n"], "loss": out["loss"], "cluster": out["cluster"], "cluster_losses": out["cluster_losses"]}
-    new_local = base.keep_if_empty({"cluster": out["cluster"]}, base.take(state.local, batch.client_ids), out["n"])
-    new_state, metrics = base.finish_round(state, batch, shared, new_local, metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """IFCA's round: broadcast the ``k`` models; pick and train the best one; per-cluster means."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda models, participant: _local_update(models, participant, model, cfg),
+        server_update=clustered.average_groups,
+    )
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One IFCA round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics incl. the chosen cluster."
-
-
-def _evaluate(state: State, test):
-    return base.evaluate_personal(state, test, lambda c, models: base.pick(models, c["local"]["cluster"]))
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "Each client's chosen cluster model on its own test split: ``{client_ids, accuracy, n}``."
+ALGORITHM = clustered.algorithm("ifca", Config, init, pieces_for, clustered.assigned_score(),
+                                "IFCA: k cluster models, each client trains the one with the lowest loss",
+                                "each client's chosen cluster model")
+round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

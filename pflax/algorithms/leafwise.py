@@ -1,23 +1,42 @@
-"""Leaf-level partial sharing for models with BatchNorm: FedBN, FedPick, and the FedAvg / FedProx /
-FedPer / FedRep / LG-FedAvg / Local-only rules on BN backbones.
+"""Leaf-level partial sharing on BatchNorm backbones: one rule, and FedBN, FedAvg, FedProx, FedPer,
+FedRep, LG-FedAvg and Local-only as presets of it (FedPick builds on it with its own objective).
 
 Every client holds a full copy of the model's variables (``params`` and ``batch_stats``, leading
-client axis). A :class:`Sharing` rule marks which *leaves* the server averages: the leaves of the
-listed top-level parts (``"encoder"``, ``"head"``, FedPick's ``"pfsm"``), with or without their
-BatchNorm leaves. One round, for the participants:
+client axis, ``state.clients``); the server holds one copy (``state.server``). A :class:`Sharing` rule
+marks which *leaves* the server averages: the leaves of the listed top-level parts (``"body"``,
+``"head"``, FedPick's ``"pfsm"``), with or without their BatchNorm leaves (affine parameters and
+running statistics). One round, for the participants:
 
 1. each participant's model = the server's shared leaves + its own local leaves;
 2. it trains with the algorithm's objective (a fresh PyTorch SGD per phase; FedRep-style
    ``head_epochs`` first train the head alone, then ``local_epochs`` train the rest with the head
-   frozen; BN running statistics update in every phase, as in PyTorch's ``train()`` mode);
-3. the server replaces each shared leaf by the sample-size weighted mean over participants;
-   local leaves (BN under FedBN, FedPick's PFSM) are never averaged and stay with their client.
+   frozen; FedProx's ``prox_mu`` adds ``(mu / 2) ||w - w_start||^2``; BN running statistics update in
+   every phase, as in PyTorch's ``train()`` mode);
+3. the server replaces each shared leaf by the sample-size weighted mean over the participants; local
+   leaves (BN under FedBN, FedPick's PFSM) are never averaged and stay with their client.
 
 A client's personalized model, used for evaluation, is the server's shared leaves + its local ones.
-The BN-free FedPAC-family modules (``fedavg``, ``fedper``, ...) keep their ``{body, head}`` layout;
-this module is their counterpart for BN backbones (FedPick's Table II), with the same rules. Their
-common setting here is FedPick's (spec C.5): SGD lr 0.01, momentum 0.5, no weight decay, batch 64,
-one local epoch.
+The server's copy of the local leaves is never read (it keeps its initial values), and a client's
+copy of the shared leaves is what it last trained (never read either): the layout every recorded
+trajectory of FedBN and FedPick has.
+
+FedBN is Li et al., "FedBN: Federated Learning on Non-IID Features via Local Batch Normalization",
+ICLR 2021 (Algorithm 1; the official aggregation skips every ``bn`` key,
+https://github.com/med-air/FedBN, ``federated/fed_digits.py``). The other presets are the baselines
+of FedPick's Table II (Zhu et al., "Take Your Pick: Enabling Effective Personalized Federated
+Learning within Low-dimensional Feature Space", arXiv:2307.13995, 2023) on BN backbones, with its
+training setting: SGD lr 0.01, momentum 0.5, no weight decay, batch 64, one local epoch, FedProx
+mu = 0.01, FedRep 4 head epochs + 1 body epoch. The BN-free modules (``fedavg``, ``fedper``, ...,
+:mod:`pflax.algorithms.sharing`) are the same rules on ``{body, head}`` models without BatchNorm.
+
+>>> import jax.numpy as jnp
+>>> variables = {"params": {"body": {"conv0": {"kernel": jnp.ones(2)}, "bn0": {"scale": jnp.ones(2)}},
+...                         "head": {"out": {"kernel": jnp.ones(2)}}},
+...              "batch_stats": {"body": {"bn0": {"mean": jnp.zeros(2)}}, "head": {}}}
+>>> rule("fedbn").sharing.mask(variables)["params"]["body"]
+{'bn0': {'scale': False}, 'conv0': {'kernel': True}}
+>>> rule("fedper").sharing.mask(variables)["params"]["head"]
+{'out': {'kernel': False}}
 """
 from __future__ import annotations
 
@@ -26,37 +45,53 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
-from ..core import aggregate
+from ..core import aggregate, federated
+from ..core.federated import State, sample_clients
 from ..core.losses import cross_entropy, masked_mean
 from ..core.optim import freeze
 from ..core.train import batched_apply, local_train_stateful
-from ..data.clients import ClientData
-from ..data.sources import DataError
 from ..metrics import masked_accuracy
 from ..models.bn import BNModel, is_bn_path
 from . import base
-from .common import (check_batch, guard_finite, init_heads, init_on_execution_devices, sample_clients,  # noqa: F401
-                     stack_heads_at)
+from .common import init_on_execution_devices
 
 Array = jax.Array
 PyTree = Any
 
-__all__ = ["Sharing", "Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
-           "fedavg", "fedprox", "fedper", "fedrep", "lg_fedavg", "local_only", "fedbn"]
+__all__ = ["Sharing", "TrainingConfig", "Config", "State", "RULES", "rule", "init", "init_from_variables", "round",
+           "evaluate", "evaluate_with", "sample_clients", "check_inputs", "pieces_for", "local_train", "personal",
+           "personal_variables", "preset", "cross_entropy_objective", "plain_predict"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Sharing:
     """Which leaves the server averages: those under the top-level ``parts``; BatchNorm leaves (affine
-    parameters and running statistics) only if ``bn`` is True."""
+    parameters and running statistics) only if ``bn`` is True.
 
-    parts: tuple[str, ...] = ("encoder", "head")
+    Attributes:
+      parts: top-level parts of the variables (``"body"``, ``"head"``, FedPick's ``"pfsm"``).
+      bn: average the BatchNorm leaves of those parts too (False: FedBN's rule).
+    """
+
+    parts: tuple[str, ...] = ("body", "head")
     bn: bool = False
 
     def mask(self, variables: PyTree) -> PyTree:
-        """Boolean tree over ``{"params", "batch_stats"}`` variables: True where the server averages."""
+        """Boolean tree over ``{"params", "batch_stats"}`` variables: True where the server averages.
+
+        Args:
+          variables: a model's variables (only the tree's paths are read).
+        Returns:
+          a tree of Python bools with ``variables``' structure.
+
+        >>> import jax.numpy as jnp
+        >>> v = {"params": {"body": {"bn0": {"scale": jnp.ones(1)}}, "head": {"out": {"kernel": jnp.ones(1)}}}}
+        >>> Sharing(("body", "head"), bn=True).mask(v)
+        {'params': {'body': {'bn0': {'scale': True}}, 'head': {'out': {'kernel': True}}}}
+        >>> Sharing(("head",)).mask(v)
+        {'params': {'body': {'bn0': {'scale': False}}, 'head': {'out': {'kernel': True}}}}
+        """
 
         def shared(path, _leaf):
             part = str(getattr(path[1], "key", path[1])) if len(path) > 1 else ""
@@ -66,14 +101,17 @@ class Sharing:
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(base.SGDConfig):
-    """FedPick's common setting (lr 0.01, momentum 0.5, no weight decay, batch 64, 1 local epoch) plus
-    the rule: ``sharing``, FedRep's ``head_epochs`` (0: joint training) and FedProx's ``prox_mu``."""
+class TrainingConfig(base.SGDConfig):
+    """FedPick's training setting on BN backbones (SGD lr 0.01, momentum 0.5, no weight decay, batch 64,
+    one local epoch), FedRep's ``head_epochs`` (0: joint training) and FedProx's ``prox_mu``.
+
+    A subclass says what the server averages with a ``sharing`` attribute (a :class:`Sharing`):
+    :class:`Config` as a field, FedPick as a property of its switches.
+    """
 
     weight_decay: float = 0.0
     batch_size: int = 64
     local_epochs: int = 1
-    sharing: Sharing = Sharing()
     head_epochs: int = 0
     prox_mu: float = 0.0
 
@@ -83,91 +121,125 @@ class Config(base.SGDConfig):
         base.require(self.prox_mu >= 0, f"prox_mu must be >= 0, got {self.prox_mu}")
 
 
-def fedavg(**kw) -> Config:
-    """Everything averaged, BN included (FedBN's FedAvg baseline)."""
-    return Config(sharing=Sharing(("encoder", "head"), bn=True), **kw)
+@dataclasses.dataclass(frozen=True)
+class Config(TrainingConfig):
+    """The leaf-level rule: :class:`TrainingConfig` plus ``sharing``. The default is FedBN's rule
+    (body and head averaged, BatchNorm local); :func:`rule` gives the other presets."""
+
+    sharing: Sharing = Sharing()
 
 
-def fedprox(mu: float = 0.01, **kw) -> Config:
-    """FedAvg plus (mu/2)||w - w_global||^2 locally; FedPick used mu = 0.01."""
-    return Config(sharing=Sharing(("encoder", "head"), bn=True), prox_mu=mu, **kw)
+# The presets of the rule, as Config fields (FedPick's Table II baselines on BN backbones).
+RULES: dict[str, dict] = {
+    "fedavg": {"sharing": Sharing(("body", "head"), bn=True)},  # everything averaged, BN included
+    "fedprox": {"sharing": Sharing(("body", "head"), bn=True), "prox_mu": 0.01},  # FedPick's mu
+    "fedper": {"sharing": Sharing(("body",), bn=True)},  # body averaged (its BN too), head local
+    "fedrep": {"sharing": Sharing(("body",), bn=True), "head_epochs": 4},  # FedPer's sharing, head first
+    "lg_fedavg": {"sharing": Sharing(("head",), bn=True)},  # head averaged, body local
+    "local_only": {"sharing": Sharing((), bn=False)},  # nothing averaged
+    "fedbn": {"sharing": Sharing(("body", "head"), bn=False)},  # everything but BatchNorm
+}
 
 
-def fedper(**kw) -> Config:
-    """Encoder averaged (its BN included), head local."""
-    return Config(sharing=Sharing(("encoder",), bn=True), **kw)
+def rule(name: str, **overrides) -> Config:
+    """The :class:`Config` of preset ``name`` (a key of :data:`RULES`), with ``overrides``.
 
+    Args:
+      name: ``"fedavg"``, ``"fedprox"``, ``"fedper"``, ``"fedrep"``, ``"lg_fedavg"``, ``"local_only"``
+        or ``"fedbn"``.
+      overrides: other :class:`Config` fields (``prox_mu``, ``head_epochs``, ``lr``, ...).
+    Returns:
+      the config.
 
-def fedrep(head_epochs: int = 4, **kw) -> Config:
-    """FedPer's sharing, trained head-first: ``head_epochs`` head epochs then ``local_epochs`` encoder
-    epochs (FedPick used 4 + 1)."""
-    return Config(sharing=Sharing(("encoder",), bn=True), head_epochs=head_epochs, **kw)
-
-
-def lg_fedavg(**kw) -> Config:
-    """Head averaged, encoder local (C-PAC's LG-FedAvg)."""
-    return Config(sharing=Sharing(("head",), bn=True), **kw)
-
-
-def local_only(**kw) -> Config:
-    """Nothing averaged: single-client training."""
-    return Config(sharing=Sharing((), bn=False), **kw)
-
-
-def fedbn(**kw) -> Config:
-    """Everything but BatchNorm averaged (Li et al., 2021)."""
-    return Config(sharing=Sharing(("encoder", "head"), bn=False), **kw)
-
-
-@struct.dataclass
-class State:
-    clients: PyTree  # every client's full variables {"params", "batch_stats"}, leading axis N
-    server: PyTree  # the server's copy; only its shared leaves are ever read
-    round: Array
-    key: Array  # PRNG key for local training (shuffling, noise)
-    sampling_key: Array  # separate stream for client sampling
-    num_clients: int = struct.field(pytree_node=False)
-    model: Any = struct.field(pytree_node=False)
-    config: Any = struct.field(pytree_node=False)
+    >>> rule("fedprox").prox_mu, rule("fedrep", head_epochs=1).head_epochs
+    (0.01, 1)
+    """
+    if name not in RULES:
+        raise ValueError(f"unknown rule {name!r}; choose from {sorted(RULES)}")
+    return Config(**{**RULES[name], **overrides})
 
 
 # objective(model, config, params, batch_stats, minibatch, weights, step_key) -> (loss, new_batch_stats)
 Objective = Callable[..., tuple[Array, PyTree]]
-# predict(model, config, variables, x) -> logits (evaluation mode)
+# predict(model, config, variables, x) -> scores [B, K] (evaluation mode)
 Predict = Callable[[Any, Any, PyTree, Array], Array]
 
 
 def cross_entropy_objective(model: BNModel, config, params, stats, batch, w, key):
+    """Masked mean cross-entropy of the model in training mode, and its new batch statistics."""
     logits, new_stats = model.logits({"params": params, "batch_stats": stats}, batch["x"], True, w)
     return masked_mean(cross_entropy(logits, batch["y"]), w), new_stats
 
 
 def plain_predict(model: BNModel, config, variables, x):
+    """The model's logits in evaluation mode (running statistics)."""
     return model.logits(variables, x, False)[0]
 
 
 def init_from_variables(key: Array, variables: PyTree, num_clients: int, model, config) -> State:
-    """Every client and the server start from ``variables``."""
+    """A round-0 state where the server and every client start from ``variables``.
+
+    Args:
+      key: split in two, the training and the sampling stream (the model key was drawn before).
+      variables: ``{"params", "batch_stats"}``.
+      num_clients, model, config: as :func:`init`.
+    Returns:
+      the :class:`pflax.core.federated.State`.
+    """
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
     k_train, k_sample = jax.random.split(key)
-    return State(clients=init_heads(variables, num_clients), server=variables, round=jnp.zeros((), jnp.int32),
-                 key=k_train, sampling_key=k_sample, num_clients=num_clients, model=model, config=config)
+    return State(server=variables, clients=federated.broadcast_rows(variables, num_clients),
+                 round=jnp.zeros((), jnp.int32), key=k_train, sampling_key=k_sample, num_clients=num_clients,
+                 model=model, config=config)
 
 
 @init_on_execution_devices
 def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: Config = Config()) -> State:
+    """One random model from the first half of ``split(key)``; the second half is split into the
+    training and sampling streams (:func:`init_from_variables`).
+
+    Args:
+      key: PRNG key.
+      model: a :class:`pflax.models.bn.BNModel`.
+      sample_x: input samples (their shape fixes the model's).
+      num_clients: N.
+      config: the rule (:class:`Config`, e.g. ``rule("fedper")``).
+    Returns:
+      the round-0 state; every client starts from the same model.
+    """
     k_model, k_rest = jax.random.split(key)
     return init_from_variables(k_rest, model.init(k_model, sample_x[:1]), num_clients, model, config)
 
 
 def personal(server: PyTree, own: PyTree, share_mask: PyTree) -> PyTree:
-    """A client's model: the server's shared leaves and its own local leaves."""
+    """A client's model: the server's shared leaves and its own local leaves.
+
+    >>> personal({"a": 1, "b": 2}, {"a": 10, "b": 20}, {"a": True, "b": False})
+    {'a': 1, 'b': 20}
+    """
     return jax.tree.map(lambda m, s, o: s if m else o, share_mask, server, own)
 
 
-def _train(variables: PyTree, objective: Objective, model, cfg: Config, client: dict) -> tuple[PyTree, Array]:
-    """One client's local update (fresh optimiser per phase); the FedProx anchor is the start point."""
+def personal_variables(state: State, client_ids: Array) -> PyTree:
+    """The personalized models of ``client_ids`` (leading axis), as evaluation uses them."""
+    share = state.config.sharing.mask(state.server)
+    own = federated.take(state.clients, client_ids)
+    return jax.tree.map(lambda m, s, o: jnp.broadcast_to(s, o.shape) if m else o, share, state.server, own)
+
+
+def local_train(variables: PyTree, participant: dict, model, cfg: TrainingConfig,
+                objective: Objective = cross_entropy_objective) -> tuple[PyTree, Array]:
+    """One participant's local update of ``variables`` (a fresh optimiser per phase).
+
+    Args:
+      variables: its starting model ``{"params", "batch_stats"}`` (also FedProx's anchor).
+      participant: ``x``, ``y``, ``mask`` (its data) and ``key`` (its round key).
+      model, cfg: the model and the config (``head_epochs``, ``prox_mu``, the SGD setting).
+      objective: the training loss (:data:`Objective`).
+    Returns:
+      ``(trained variables, mean loss of the last phase)``.
+    """
     anchor = variables["params"]
 
     def loss(p, s, batch, w, k):
@@ -176,91 +248,96 @@ def _train(variables: PyTree, objective: Objective, model, cfg: Config, client: 
             value = value + cfg.prox_mu * base.proximity(p, anchor)
         return value, new_s
 
-    data = {"x": client["x"], "y": client["y"]}
+    data = {"x": participant["x"], "y": participant["y"]}
     params, stats = variables["params"], variables["batch_stats"]
-    k_head, k_body = jax.random.split(client["key"])
+    k_head, k_body = jax.random.split(participant["key"])
     if cfg.head_epochs > 0:
         is_head = jax.tree_util.tree_map_with_path(lambda path, _: str(path[0].key) == "head", params)
         params, stats, _ = local_train_stateful(
-            params, stats, loss, data, client["mask"], k_head, epochs=cfg.head_epochs,
+            params, stats, loss, data, participant["mask"], k_head, epochs=cfg.head_epochs,
             batch_size=cfg.batch_size, optimizer=freeze(cfg.optimizer(), is_head))
         body_opt = freeze(cfg.optimizer(), jax.tree.map(lambda h: not h, is_head))
     else:
         body_opt = cfg.optimizer()
     params, stats, body_loss = local_train_stateful(
-        params, stats, loss, data, client["mask"], k_body, epochs=cfg.local_epochs,
+        params, stats, loss, data, participant["mask"], k_body, epochs=cfg.local_epochs,
         batch_size=cfg.batch_size, optimizer=body_opt)
     return {"params": params, "batch_stats": stats}, body_loss
 
 
-def client_inputs(state: State, batch: ClientData) -> dict:
-    """Participants' data, their own variables, and a training key ``fold_in(round key, id)``."""
-    if batch.x.shape[0] == 0:
-        raise DataError("batch: no clients in the batch (zero clients sampled)")
-    round_key = jax.random.fold_in(state.key, state.round)
-    return {"x": batch.x, "y": batch.y, "mask": batch.mask,
-            "local": jax.tree.map(lambda a: a[batch.client_ids], state.clients),
-            "key": jax.vmap(lambda i: jax.random.fold_in(round_key, i))(batch.client_ids)}
+def pieces_for(model, cfg: TrainingConfig, objective: Objective = cross_entropy_objective) -> federated.RoundPieces:
+    """The round's pieces: the server's copy goes to every participant, which trains its personal
+    model with ``objective`` and keeps the result as its row; the server averages the shared leaves.
+
+    The mean is taken over the participants' stacked rows (they are the new client rows anyway) with
+    :func:`pflax.core.aggregate.weighted_mean`, as in every recorded trajectory."""
+
+    def local_update(server: PyTree, participant: dict) -> dict:
+        own = personal(server, participant["client"], cfg.sharing.mask(server))
+        variables, loss = local_train(own, participant, model, cfg, objective)
+        return {"client": variables, "n": base.num_samples(participant), "loss": loss}
+
+    def server_update(state: State, batch, uploads: dict, reduced: dict):
+        share = cfg.sharing.mask(state.server)
+        averaged = aggregate.weighted_mean(uploads["client"], uploads["n"], fallback=state.server)
+        server = jax.tree.map(lambda m, new, old: new if m else old, share, averaged, state.server)
+        return server, None, {"n": uploads["n"], "loss": uploads["loss"]}
+
+    return federated.RoundPieces(broadcast=federated.no_broadcast, local_update=local_update,
+                                 server_update=server_update)
 
 
-def run_round(state: State, batch: ClientData, objective: Objective = cross_entropy_objective) -> tuple[State, dict]:
-    """One round of leaf-level partial sharing with ``objective`` (not jitted; callers jit)."""
-    cfg, model = state.config, state.model
+def evaluate_with(state: State, test, train=None, predict: Predict = plain_predict) -> dict:
+    """Each client's personalized model, scored by ``predict``, on its own test split:
+    ``{"client_ids", "accuracy", "n"}`` (``train`` is accepted and not used). Not jitted."""
+    model, cfg = state.model, state.config
     share = cfg.sharing.mask(state.server)
-    per_client = client_inputs(state, batch)
 
-    def client_update(c, server):
-        new, loss = _train(personal(server, c["local"], share), objective, model, cfg, c)
-        return {"variables": new, "n": base.num_samples(c), "loss": loss}
-
-    out = base.run_clients(state, per_client, client_update, shared=state.server)
-    n = out["n"]
-    averaged = aggregate.weighted_mean(out["variables"], n, fallback=state.server)
-    server = jax.tree.map(lambda m, new, old: new if m else old, share, averaged, state.server)
-    clients = stack_heads_at(state.clients, batch.client_ids, out["variables"])
-    candidate = state.replace(clients=clients, server=server, round=state.round + 1)
-    new_state, finite = guard_finite(state, candidate)
-    return new_state, {"client_ids": batch.client_ids, "n": n, "loss": out["loss"], "nonfinite": ~finite}
-
-
-def personal_variables(state: State, client_ids: Array) -> PyTree:
-    """The personalized models of ``client_ids`` (leading axis), as evaluation uses them."""
-    share = state.config.sharing.mask(state.server)
-    own = jax.tree.map(lambda a: a[client_ids], state.clients)
-    return jax.tree.map(lambda m, s, o: jnp.broadcast_to(s, o.shape) if m else o, share, state.server, own)
-
-
-def run_evaluate(state: State, test: ClientData, predict: Predict = plain_predict) -> dict:
-    """Each client's personalized model on its own test data: ``{client_ids, accuracy, n}``."""
-    if test.x.shape[0] == 0:
-        raise DataError("test: no clients in the batch")
-    per_client = {"x": test.x, "y": test.y, "mask": test.mask,
-                  "variables": personal_variables(state, test.client_ids)}
-
-    def one(c, _):
-        logits = batched_apply(lambda xb: predict(state.model, state.config, c["variables"], xb), c["x"])
+    def score(c: dict, server: PyTree) -> Array:
+        variables = personal(server, c["client"], share)
+        logits = batched_apply(lambda xb: predict(model, cfg, variables, xb), c["x"])
         return masked_accuracy(logits, c["y"], c["mask"])
 
-    acc = base.run_clients(state, per_client, one, shared=())
-    return {"client_ids": test.client_ids, "accuracy": acc, "n": test.mask.sum(1)}
+    return federated.evaluate_clients(state, test, train, score)
 
 
-def _round(state: State, batch: ClientData, test: ClientData | None = None):
-    new_state, metrics = run_round(state, batch)
-    if test is not None:
-        metrics["accuracy"] = run_evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+def _evaluate(state: State, test, train=None) -> dict:
+    return evaluate_with(state, test, train)
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One round of the configured rule: ``(state, batch[, test]) -> (state, metrics)``."
-evaluate = jax.jit(run_evaluate, static_argnums=2)
-evaluate.__doc__ = "Each client's personalized model on its own test split: ``{client_ids, accuracy, n}``."
+evaluate = jax.jit(_evaluate)
+evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: each client's
+personalized model (the server's shared leaves + its own) on its own test split. Jit-compiled."""
 
 
-def check_inputs(state: State, batch: ClientData, test: ClientData | None = None) -> None:
-    """Eager, readable validation of a round's inputs (see :func:`pflax.algorithms.base.check_inputs`)."""
-    check_batch(state.num_clients, state.model.num_classes, batch, "batch")
-    if test is not None:
-        check_batch(state.num_clients, state.model.num_classes, test, "test")
-        base.check_same_clients(batch, test)
+def _round(state: State, batch, test=None):
+    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one round of the configured rule
+for the participants in ``batch`` (metrics ``n``, ``loss`` per participant); with ``test`` (same
+clients), ``metrics["accuracy"]`` is ``evaluate`` of the new state. Jit-compiled."""
+
+
+check_inputs = base.check_inputs
+
+
+def preset(name: str, config_class: type, summary: str) -> federated.Algorithm:
+    """The registry entry of one preset of the rule: this module's functions with ``config_class()``
+    as the default config.
+
+    Args:
+      name: the registry name.
+      config_class: a :class:`Config` subclass whose defaults are the preset.
+      summary: one line for ``pflax list``.
+    Returns:
+      the :class:`pflax.core.federated.Algorithm`.
+    """
+
+    def preset_init(key, model, sample_x, num_clients: int, config=None):
+        return init(key, model, sample_x, num_clients, config_class() if config is None else config)
+
+    preset_init.__doc__ = f"{name}'s ``init(key, model, sample_x, num_clients, config=Config())``."
+    return federated.Algorithm(name=name, Config=config_class, init=preset_init, round=round, evaluate=evaluate,
+                               pieces=pieces_for, check_inputs=check_inputs, summary=summary)

@@ -1,9 +1,13 @@
-"""Per-FedAvg (Fallah et al., 2020): MAML-style FedAvg whose model is good after one local step.
+"""Per-FedAvg (Fallah, Mokhtari and Ozdaglar, "Personalized Federated Learning with Theoretical
+Guarantees: A Model-Agnostic Meta-Learning Approach", NeurIPS 2020): MAML-style FedAvg whose model is
+good after one local step. No official code was released; FL-bench's port
+(https://github.com/KarhouTam/FL-bench, ``src/client/perfedavg.py``) sets the defaults.
 
-State: ``shared`` = the global (meta) model ``w``; nothing is kept per client.
+State: ``server`` = the global (meta) model ``w``; clients keep nothing.
 
-One round, for the participants: each one copies ``w`` and runs ``local_epochs`` (E = 5) epochs of
-meta-steps. One meta-step draws two minibatches ``D`` and ``D'`` and does
+One round, for the participants (the paper's Algorithm 1): each one copies ``w`` and runs
+``local_epochs`` (E = 5) epochs of meta-steps. One meta-step draws two minibatches ``D`` and ``D'``
+and does
 
 * inner (adaptation) step: ``w' = w - alpha * grad f(w; D)``;
 * outer step, first-order variant (``version="fo"``, the default): ``w <- w - beta * grad f(w'; D')``;
@@ -11,14 +15,14 @@ meta-steps. One meta-step draws two minibatches ``D`` and ``D'`` and does
   ``w <- w - beta * (I - alpha * Hess f(w; D'')) grad f(w'; D')``.
 
 The server takes the sample-size weighted mean of the participants' models. Evaluation
-(``evaluate(state, test, train)``): each client copies ``w``, takes **one** adaptation step
-``w - alpha * grad f(w; B)`` on one random minibatch ``B`` (``batch_size`` samples) of its own training
-split, and is scored on its test split; the adapted copy is thrown away (a PRNG stream of its own, so
-evaluating never changes training).
+(``evaluate(state, test, train)``, ``train`` required): each client copies ``w``, takes **one**
+adaptation step ``w - alpha * grad f(w; B)`` on one random minibatch ``B`` (``batch_size`` samples) of
+its own training split, and is scored on its test split; the adapted copy is thrown away (a PRNG
+stream of its own, so evaluating never changes training).
 
 Defaults and sources: ``alpha = 0.01`` (FL-bench's inner step is the common optimiser's lr, here
-FedPAC's 0.01), ``beta = 0.001`` (FL-bench ``--beta 1e-3``), ``version = "fo"`` (FL-bench default),
-E = 5 and batch 50 (FedPAC's common setting).
+FedPAC's 0.01: Xu et al., ICLR 2023, Appendix B.3), ``beta = 0.001`` (FL-bench ``--beta 1e-3``),
+``version = "fo"`` (FL-bench default), E = 5 and batch 50 (FedPAC's common setting).
 
 Deliberate differences from the paper/FL-bench: both steps are plain gradient steps (no momentum or
 weight decay; FL-bench's inner step uses its common optimiser); ``D``, ``D'`` (and ``D''``) come from
@@ -28,6 +32,17 @@ a single minibatch); the HF variant uses the exact Hessian-vector product (``jax
 gradient) instead of FL-bench's finite difference with ``delta = 1e-3``; aggregation is
 sample-size weighted (FL-bench: equal weights). A meta-step whose minibatches hold no real sample is
 a no-op.
+
+>>> import jax
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
+>>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
+>>> state, metrics = round(state, train, test)  # accuracy after one adaptation step on train
+>>> evaluate(state, test, train)["accuracy"].shape
+(2,)
 """
 from __future__ import annotations
 
@@ -36,16 +51,27 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from . import base
-from .base import State, check_inputs, sample_clients
-from .common import init_on_execution_devices
+from ..core import federated
+from ..core.federated import State, sample_clients
 from ..core.train import epoch_order, gather_minibatch
+from . import base
+from .common import init_on_execution_devices
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs", "meta_step", "adapt"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs", "meta_step",
+           "adapt", "pieces_for"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """Per-FedAvg's setting on top of the common SGD setting (only ``batch_size`` and ``local_epochs``
+    of it are used).
+
+    Attributes:
+      alpha: the adaptation (inner) step size, >= 0.
+      beta: the meta (outer) step size, > 0.
+      version: ``"fo"`` (first order) or ``"hf"`` (Hessian-free).
+    """
+
     alpha: float = 0.01
     beta: float = 0.001
     version: str = "fo"
@@ -59,7 +85,15 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    return base.init_state(key, model, sample_x, num_clients, config, lambda params: (params, {}))
+    """A round-0 state: ``server`` = the global model; clients keep nothing.
+
+    Args:
+      key: PRNG key, split in three (model, training, sampling) as every algorithm's.
+      model: the split model; sample_x: one client's inputs (for the shapes).
+      num_clients: N; config: the :class:`Config`.
+    """
+    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
+    return State.create(key, params, {}, num_clients, model, config)
 
 
 def _sub(a, b, scale):
@@ -67,7 +101,16 @@ def _sub(a, b, scale):
 
 
 def meta_step(w, batches, weights, model, cfg: Config):
-    """One Per-FedAvg update of ``w`` from minibatches ``(D, D'[, D''])`` with 0/1 sample weights."""
+    """One Per-FedAvg update of ``w`` from minibatches ``(D, D'[, D''])`` with 0/1 sample weights.
+
+    Args:
+      w: the model.
+      batches: two (``"fo"``) or three (``"hf"``) minibatches ``{"x", "y"}``; weights: their 0/1 weights.
+      model, cfg: the split model and the config.
+
+    Returns:
+      ``(new w, CE of the adapted model on D')``.
+    """
     ce = base.ce_loss(model)
     grad = jax.grad(ce)
     w_adapted = _sub(w, grad(w, batches[0], weights[0]), cfg.alpha)
@@ -78,11 +121,11 @@ def meta_step(w, batches, weights, model, cfg: Config):
     return _sub(w, g, cfg.beta), ce(w_adapted, batches[1], weights[1])
 
 
-def _client_update(client, w, model, cfg: Config):
+def _local_update(w, participant: dict, model, cfg: Config) -> dict:
     num_batches = 3 if cfg.version == "hf" else 2
-    keys = jax.random.split(client["key"], num_batches)
-    plans = [epoch_order(k, client["mask"], cfg.local_epochs, cfg.batch_size) for k in keys]
-    data = {"x": client["x"], "y": client["y"]}
+    keys = jax.random.split(participant["key"], num_batches)
+    plans = [epoch_order(k, participant["mask"], cfg.local_epochs, cfg.batch_size) for k in keys]
+    data = {"x": participant["x"], "y": participant["y"]}
 
     def step(w, rows):
         batches = [gather_minibatch(data, idx, ok) for idx, ok in rows]
@@ -93,47 +136,70 @@ def _client_update(client, w, model, cfg: Config):
 
     w_new, (losses, active) = jax.lax.scan(step, w, [(idx, ok) for idx, ok in plans])
     mean_loss = jnp.sum(jnp.where(active, losses, 0.0)) / jnp.maximum(active.sum(), 1)
-    return {"params": w_new, "n": base.num_samples(client), "loss": mean_loss}
+    return {"mean": w_new, "n": base.num_samples(participant), "loss": mean_loss}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    out, shared = base.run_clients_and_average(
-        state, base.client_inputs(state, batch), lambda c, w: _client_update(c, w, model, cfg), "params", state.shared)
-    new_state, metrics = base.finish_round(state, batch, shared, None, {"n": out["n"], "loss": out["loss"]})
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test, batch)["accuracy"]
-    return new_state, metrics
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
+    return federated.mean_or(reduced, state.server), None, {"n": uploads["n"], "loss": uploads["loss"]}
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = """One Per-FedAvg round: ``(state, batch[, test]) -> (state, metrics)``. With ``test`` (same
-clients as ``batch``), ``metrics["accuracy"]`` is the accuracy after one adaptation step."""
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """Per-FedAvg's round: the meta-model to everyone, local meta-steps, the sample-size weighted mean."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda w, participant: _local_update(w, participant, model, cfg),
+        server_update=_server_update,
+    )
 
 
 def adapt(w, model, x, y, mask, key, cfg: Config):
-    """One step ``w - alpha * grad f(w; B)`` on a random minibatch ``B`` of one client's data."""
+    """One step ``w - alpha * grad f(w; B)`` on a random minibatch ``B`` of one client's data.
+
+    Args:
+      w: the global model.
+      model: the split model.
+      x, y, mask: one client's (padded) training split.
+      key: the PRNG key that draws ``B``.
+      cfg: the config (``alpha``, ``batch_size``).
+
+    Returns:
+      The adapted model.
+    """
     idx, ok = epoch_order(key, mask, 1, min(cfg.batch_size, mask.shape[0]))
     batch = gather_minibatch({"x": x, "y": y}, idx[0], ok[0])
     return _sub(w, jax.grad(base.ce_loss(model))(w, batch, ok[0].astype(jnp.float32)), cfg.alpha)
 
 
-def _evaluate(state: State, test, train):
-    if test.x.shape[0] == 0:
-        raise base.DataError("test: no clients in the batch")
+def _score(c: dict, w, model, cfg: Config) -> jax.Array:
+    adapted = adapt(w, model, c["train_x"], c["train_y"], c["train_mask"], c["key"], cfg)
+    return base.accuracy_of(model, adapted, c)
+
+
+def _evaluate(state: State, test, train=None) -> dict:
     model, cfg = state.model, state.config
-    ft_key = jax.random.fold_in(jax.random.fold_in(state.key, base.FINETUNE_STREAM), state.round)
-    per_client = {"x": train.x, "y": train.y, "mask": train.mask, "test_x": test.x, "test_y": test.y,
-                  "test_mask": test.mask, "key": jax.vmap(lambda i: jax.random.fold_in(ft_key, i))(test.client_ids)}
-
-    def one(c, w):
-        adapted = adapt(w, model, c["x"], c["y"], c["mask"], c["key"], cfg)
-        return base.accuracy_of(model, adapted, c, prefix="test_")
-
-    acc = base.run_clients(state, per_client, one)
-    return {"client_ids": test.client_ids, "accuracy": acc, "n": test.mask.sum(1)}
+    return federated.evaluate_clients(state, test, train, lambda c, w: _score(c, w, model, cfg), needs_train=True,
+                                      what="Per-FedAvg")
 
 
 evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = """``evaluate(state, test, train)``: accuracy on each client's test split of the global
-model after one adaptation step (lr alpha) on a minibatch of that client's ``train`` split."""
+evaluate.__doc__ = """``evaluate(state, test, train) -> {"client_ids", "accuracy", "n"}``: accuracy on each
+client's test split of the global model after one adaptation step (lr alpha) on a minibatch of that
+client's ``train`` split (required: the same clients, same rows)."""
+
+
+def _round(state: State, batch, test=None):
+    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one Per-FedAvg round for the
+participants in ``batch``; per-participant ``n`` and ``loss``. With ``test`` (same clients as ``batch``),
+``metrics["accuracy"]`` is the accuracy after one adaptation step on ``batch``. Jit-compiled."""
+
+check_inputs = base.check_inputs
+
+ALGORITHM = federated.Algorithm(
+    name="perfedavg", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
+    check_inputs=check_inputs, needs_train=True,
+    summary="Per-FedAvg: MAML-style FedAvg, personalised by one adaptation step at evaluation",
+)

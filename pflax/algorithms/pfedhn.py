@@ -1,32 +1,41 @@
-"""pFedHN (Shamsian et al., 2021): a server hypernetwork generates every client's model.
+"""pFedHN (Shamsian et al., "Personalized Federated Learning using Hypernetworks", ICML 2021; official
+code: https://github.com/AvivSham/pFedHN): a server hypernetwork generates every client's model.
 
-State: ``shared = {"hypernetwork": psi, "opt_state": ...}``, the hypernetwork ``psi`` (an MLP ``h_psi``
+State: ``server = {"hypernetwork": psi, "opt_state": ...}``, the hypernetwork ``psi`` (an MLP ``h_psi``
 from a client embedding to the whole target model flattened with ``jax.flatten_util.ravel_pytree``:
 ``Linear(embed_dim, hidden) -> ReLU -> [Linear(hidden, hidden) -> ReLU] * (hidden_layers - 1) ->
-Linear(hidden, P)``) and the server optimiser's state for it; ``local = {"embed": [embed_dim],
+Linear(hidden, P)``) and the server optimiser's state for it; ``clients = {"embed": [N, embed_dim],
 "opt_state": ...}``, each client's embedding (learned by the server) and the optimiser state for it.
 
-One round, for the participants ``i``:
+One round, for the participants ``i`` (the paper's Algorithm 1):
 
 1. the server generates ``theta_i = h_psi(e_i)`` and sends it;
 2. the client trains ``theta_i`` for ``inner_steps`` (default 50) SGD steps, each on a fresh random
    minibatch of ``batch_size`` of its training samples (fresh optimiser, FedPAC's common setting:
    lr 0.01, momentum 0.5, wd 5e-4), and returns ``dtheta_i = theta_i - theta~_i``;
 3. the server applies the chain rule with ``jax.vjp``: ``grad_psi = sum_i J_psi(e_i)^T dtheta_i`` and
-   ``grad_{e_i} = J_{e_i}^T dtheta_i`` (each client's pullback is taken as it finishes and its ``psi``
-   term added to a running sum, so no generated model or delta is ever stacked), and feeds them to
-   the official server optimiser, PyTorch SGD with ``server_lr``, momentum ``server_momentum`` = 0.9
-   and coupled weight decay ``server_weight_decay`` = 1e-3 (official ``pFedHN`` trainer); with both 0
-   the step is plain ``psi <- psi - server_lr * grad_psi``, ``e_i <- e_i - server_lr * grad_{e_i}``.
+   ``grad_{e_i} = J_{e_i}^T dtheta_i``, and feeds them to the official server optimiser, PyTorch SGD
+   with ``server_lr``, momentum ``server_momentum`` = 0.9 and coupled weight decay
+   ``server_weight_decay`` = 1e-3 (official ``pFedHN`` trainer); with both 0 the step is plain
+   ``psi <- psi - server_lr * grad_psi``, ``e_i <- e_i - server_lr * grad_{e_i}``.
+
+As round pieces: ``broadcast`` sends ``psi``; ``local_update`` runs steps 1-3 for one participant, the
+server's generation and pullback in the participant's own slot of the client map, and uploads its
+``J_psi^T dtheta_i`` as a ``"sum"`` (added to a running sum as each participant finishes) and its
+``J_e^T dtheta_i``; ``server_update`` takes the optimiser step on ``psi`` and the participants'
+embeddings. Generating in ``broadcast`` (a stacked ``[m, P]`` of generated models, then a stacked
+``[m, P]`` of deltas) gives the same bits but holds two models per participant: measured under
+``map`` with ``mlp(10, hidden=(256, 256))``, a round's working memory grew by ~1.9 models per
+participant from 64 to 256 participants, against none here.
 
 Evaluation: each client's generated model ``h_psi(e_i)`` (no local training) on its own test split.
 
-Defaults and sources: ``server_lr = lr = 0.01`` (FedPAC, spec D: both tuned to 0.01);
-``embed_dim = 16``, ``hidden = 100`` (the official hidden width; the official embedding size is
-``1 + N / 4``), ``hidden_layers = 2``, ``inner_steps = 50`` (official). The hypernetwork's last layer
-has ``hidden * P`` weights, so it is meant for the small models (the MLP, the FedPAC CNN with ~80k
-parameters gives ~8M); layers use PyTorch's default uniform init, embeddings ``N(0, 1)`` (PyTorch
-``nn.Embedding``).
+Defaults and sources: ``server_lr = lr = 0.01`` (FedPAC's baseline setting, Xu et al., ICLR 2023: both
+tuned to 0.01); ``embed_dim = 16``, ``hidden = 100`` (the official hidden width; the official
+embedding size is ``1 + N / 4``), ``hidden_layers = 2``, ``inner_steps = 50`` (official). The
+hypernetwork's last layer has ``hidden * P`` weights, so it is meant for the small models (the MLP,
+the FedPAC CNN with ~80k parameters gives ~8M); layers use PyTorch's default uniform init, embeddings
+``N(0, 1)`` (PyTorch ``nn.Embedding``).
 
 Deliberate differences from the official code: all participants of a round train from the same
 ``psi`` and their gradients are summed into one server step (the official code takes one server step
@@ -38,6 +47,21 @@ client participates (officially the whole embedding table decays every step); ``
 unused (the client takes ``inner_steps`` steps); the client optimiser is FedPAC's common SGD
 (official: lr 5e-3, momentum 0.9, wd 5e-5). A participant without data returns ``dtheta = 0`` and
 changes nothing.
+
+>>> import jax
+>>> from pflax.algorithms import pfedhn
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
+>>> cfg = pfedhn.Config(inner_steps=2, embed_dim=4, hidden=8)
+>>> state = pfedhn.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, cfg)
+>>> state.clients["embed"].shape
+(2, 4)
+>>> state, metrics = pfedhn.round(state, train, test)
+>>> metrics["delta_norm"].shape, metrics["accuracy"].shape
+((2,), (2,))
 """
 from __future__ import annotations
 
@@ -49,21 +73,24 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from . import base
-from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
+from ..core import federated, rng
+from ..core.federated import State, sample_clients
 from ..core.optim import pytorch_sgd
-from ..core import rng
-from ..core.execution import map_reduce_clients
 from ..core.train import sgd_steps
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs",
-           "generate_flat", "server_optimizer", "unraveler"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
+           "generate_flat", "random_minibatches", "server_optimizer", "unraveler"]
 
 HYPERNET_STREAM = 0x4E7
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """pFedHN's server optimiser (``server_lr``, ``server_momentum``, ``server_weight_decay``), its
+    hypernetwork (``embed_dim``, ``hidden``, ``hidden_layers``) and the client's ``inner_steps``, on top
+    of the common SGD setting (the client's optimiser; ``local_epochs`` is unused)."""
+
     server_lr: float = 0.01
     server_momentum: float = 0.9
     server_weight_decay: float = 1e-3
@@ -90,6 +117,15 @@ def _dense(key, fan_in: int, fan_out: int):
 
 
 def init_hypernetwork(key, cfg: Config, target_size: int):
+    """A fresh hypernetwork ``psi`` (PyTorch's default uniform ``Linear`` init).
+
+    Args:
+      key: PRNG key; cfg: :class:`Config` (``embed_dim``, ``hidden``, ``hidden_layers``);
+      target_size: ``P``, the target model's number of parameters.
+
+    Returns:
+      ``{"hidden": [{"w", "b"}, ...], "out": {"w": [hidden, P], "b": [P]}}``.
+    """
     widths = [cfg.embed_dim] + [cfg.hidden] * cfg.hidden_layers
     keys = jax.random.split(key, len(widths))
     hidden = [_dense(k, a, b) for k, a, b in zip(keys[:-1], widths[:-1], widths[1:])]
@@ -97,7 +133,19 @@ def init_hypernetwork(key, cfg: Config, target_size: int):
 
 
 def generate_flat(psi, embed):
-    """``h_psi(e)``: the flattened target-model parameters for one embedding."""
+    """``h_psi(e)``: the flattened target-model parameters for one embedding.
+
+    Args:
+      psi: the hypernetwork (:func:`init_hypernetwork`); embed: one client's embedding ``[embed_dim]``.
+
+    Returns:
+      ``[P]``, in ``ravel_pytree`` order of the target model (:func:`unraveler` turns it into its tree).
+
+    >>> import jax
+    >>> psi = init_hypernetwork(jax.random.PRNGKey(0), Config(embed_dim=3, hidden=4), 7)
+    >>> generate_flat(psi, jax.numpy.ones(3)).shape
+    (7,)
+    """
     h = embed
     for layer in psi["hidden"]:
         h = jax.nn.relu(h @ layer["w"] + layer["b"])
@@ -105,30 +153,63 @@ def generate_flat(psi, embed):
 
 
 def unraveler(model, sample_x):
-    """The inverse of ``ravel_pytree`` for the target model's parameter tree."""
+    """The inverse of ``ravel_pytree`` for ``model``'s parameter tree (``sample_x[:1]`` gives the shapes).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from pflax.models import mlp
+    >>> params = unraveler(mlp(10, hidden=(8,)), jnp.zeros((1, 8, 8, 1)))(jnp.zeros(8 * 8 * 8 + 8 + 8 * 10 + 10))
+    >>> sorted(params)
+    ['body', 'head']
+    """
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), sample_x[:1])
     return ravel_pytree(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))[1]
 
 
 def server_optimizer(cfg: Config):
+    """The server's optimiser of ``psi`` and the embeddings: PyTorch SGD with ``server_lr``,
+    ``server_momentum`` and coupled ``server_weight_decay`` (official pFedHN trainer)."""
     return pytorch_sgd(cfg.server_lr, cfg.server_momentum, cfg.server_weight_decay)
 
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
+    """A round-0 pFedHN state.
+
+    Args:
+      key: PRNG key; ``psi`` and the embeddings come from ``fold_in(split(key, 3)[0], 0x4E7)``.
+      model: the target (split) model the hypernetwork generates.
+      sample_x: one client's inputs (only the shape of ``sample_x[:1]`` is used).
+      num_clients: ``N``.
+      config: :class:`Config`.
+
+    Returns:
+      ``State`` with ``server = {"hypernetwork": psi, "opt_state"}`` and ``clients = {"embed": [N,
+      embed_dim] ~ N(0, 1), "opt_state"}``.
+    """
     k_model = jax.random.split(key, 3)[0]
     k_hnet, k_embed = jax.random.split(jax.random.fold_in(k_model, HYPERNET_STREAM))
     size = ravel_pytree(model.init(k_model, sample_x[:1]))[0].size
     psi = init_hypernetwork(k_hnet, config, size)
     opt = server_optimizer(config)
     embeds = rng.normal(k_embed, (num_clients, config.embed_dim), jnp.float32)
-    shared = {"hypernetwork": psi, "opt_state": opt.init(psi)}
-    state = base.init_state(key, model, sample_x, num_clients, config, lambda params: (shared, {}))
-    return state.replace(local={"embed": embeds, "opt_state": jax.vmap(opt.init)(embeds)})
+    state = State.create(key, {"hypernetwork": psi, "opt_state": opt.init(psi)}, {}, num_clients, model, config)
+    return state.replace(clients={"embed": embeds, "opt_state": jax.vmap(opt.init)(embeds)})
 
 
 def random_minibatches(key, mask, steps: int, batch_size: int):
-    """``(indices, valid)`` ``[steps, B]``: an independent random minibatch of real samples per step."""
+    """An independent random minibatch of real samples for every inner step.
+
+    Args:
+      key: PRNG key; mask: the client's real samples ``[n]``; steps: ``inner_steps``; batch_size: ``B``.
+
+    Returns:
+      ``(indices, valid)``, both ``[steps, min(B, n)]``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> idx, ok = random_minibatches(jax.random.PRNGKey(0), jnp.arange(6) < 4, 3, 2)
+    >>> idx.shape, bool(ok.all())
+    ((3, 2), True)
+    """
     b = min(batch_size, mask.shape[0])
 
     def one(k):
@@ -138,50 +219,83 @@ def random_minibatches(key, mask, steps: int, batch_size: int):
     return jax.vmap(one)(jax.random.split(key, steps))
 
 
-def _client_update(client, psi, model, cfg: Config, unravel):
-    """Generate the client's model, run its inner steps, and pull ``dtheta`` back through the generator:
-    returns ``(per-client outputs incl. J_e^T dtheta, this client's term J_psi^T dtheta of the sum)``."""
-    flat, pullback = jax.vjp(generate_flat, psi, client["local"]["embed"])
-    idx, valid = random_minibatches(client["key"], client["mask"], cfg.inner_steps, cfg.batch_size)
-    trained, loss = sgd_steps(unravel(flat), base.ce_loss(model), {"x": client["x"], "y": client["y"]}, idx, valid,
-                              cfg.optimizer())
+def _inner_steps(theta, participant, model, cfg: Config):
+    """The client's ``inner_steps`` SGD steps on random minibatches: ``(trained, loss)``."""
+    idx, valid = random_minibatches(participant["key"], participant["mask"], cfg.inner_steps, cfg.batch_size)
+    return sgd_steps(theta, base.ce_loss(model), {"x": participant["x"], "y": participant["y"]}, idx, valid,
+                     cfg.optimizer())
+
+
+def _server_step(state: State, batch, grad_psi, grad_embeds):
+    """The server optimiser's step on ``psi`` and on the participants' embeddings."""
+    opt = server_optimizer(state.config)
+    psi = state.server["hypernetwork"]
+    rows = federated.take(state.clients, batch.client_ids)
+    psi_updates, psi_opt = opt.update(grad_psi, state.server["opt_state"], psi)
+    embed_updates, embed_opt = jax.vmap(opt.update)(grad_embeds, rows["opt_state"], rows["embed"])
+    server = {"hypernetwork": optax.apply_updates(psi, psi_updates), "opt_state": psi_opt}
+    return server, {"embed": optax.apply_updates(rows["embed"], embed_updates), "opt_state": embed_opt}
+
+
+def _broadcast(state: State, ids):
+    """The hypernetwork ``psi``; each participant's model is generated in its own slot of the map
+    (``_local_update``), so the generated models are never stacked."""
+    return state.server["hypernetwork"], ()
+
+
+def _local_update(psi, participant, model, cfg: Config) -> dict:
+    """Server: ``theta_i = h_psi(e_i)``; client: the inner steps and ``dtheta_i``; server: the pullback
+    ``J^T dtheta_i``, whose ``psi`` part is summed over the participants as each one finishes."""
+    unravel = unraveler(model, participant["x"])  # shapes only, at trace time
+    flat, pullback = jax.vjp(generate_flat, psi, participant["client"]["embed"])
+    trained, loss = _inner_steps(unravel(flat), participant, model, cfg)
     delta = flat - ravel_pytree(trained)[0]
     grad_psi, grad_embed = pullback(delta)
-    kept = {"grad_embed": grad_embed, "n": base.num_samples(client), "loss": loss, "delta_norm": jnp.linalg.norm(delta)}
-    return kept, grad_psi
+    return {"sum": grad_psi, "grad_embed": grad_embed, "n": base.num_samples(participant), "loss": loss,
+            "delta_norm": jnp.linalg.norm(delta)}
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    opt = server_optimizer(cfg)
-    unravel = unraveler(model, batch.x[0])
-    psi = state.shared["hypernetwork"]
-    per_client = base.client_inputs(state, batch)
-    local = per_client["local"]
-    # Each client generates its model and adds its J_psi^T dtheta to a running sum as it finishes, so
-    # neither the generated models nor the deltas are ever stacked.
-    out, grad_psi = map_reduce_clients(lambda c, p: _client_update(c, p, model, cfg, unravel), per_client, psi,
-                                       cfg.execution)
-    grad_embeds = out["grad_embed"]
-    psi_updates, psi_opt = opt.update(grad_psi, state.shared["opt_state"], psi)
-    embed_updates, embed_opt = jax.vmap(opt.update)(grad_embeds, local["opt_state"], local["embed"])
-    shared = {"hypernetwork": optax.apply_updates(psi, psi_updates), "opt_state": psi_opt}
-    new_local = {"embed": optax.apply_updates(local["embed"], embed_updates), "opt_state": embed_opt}
-    metrics = {"n": out["n"], "loss": out["loss"], "delta_norm": out["delta_norm"]}
-    new_state, metrics = base.finish_round(state, batch, shared, new_local, metrics)
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
+    server, rows = _server_step(state, batch, reduced["sum"], uploads["grad_embed"])
+    return server, rows, {"n": uploads["n"], "loss": uploads["loss"], "delta_norm": uploads["delta_norm"]}
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One pFedHN round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """pFedHN's round: ``psi`` out, per participant generation + inner steps + pullback (the ``psi``
+    gradients summed on the fly), the server optimiser's step on ``psi`` and the embeddings."""
+    return federated.RoundPieces(
+        broadcast=_broadcast,
+        local_update=lambda psi, participant: _local_update(psi, participant, model, cfg),
+        server_update=_server_update,
+    )
 
 
-def _evaluate(state: State, test):
-    unravel = unraveler(state.model, test.x[0])
-    return base.evaluate_personal(state, test, lambda c, shared: unravel(generate_flat(shared["hypernetwork"], c["local"]["embed"])))
+def _evaluate(state: State, test, train=None) -> dict:
+    model, unravel = state.model, unraveler(state.model, test.x[0])
+
+    def score(c, server):
+        return base.accuracy_of(model, unravel(generate_flat(server["hypernetwork"], c["client"]["embed"])), c)
+
+    return federated.evaluate_clients(state, test, train, score)
 
 
 evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "Each client's generated model h_psi(e_i) on its own test split: ``{client_ids, accuracy, n}``."
+evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: each client's
+generated model ``h_psi(e_i)`` (no local training) on its own test split (``train`` is not used)."""
+
+
+def _round(state: State, batch, test=None):
+    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one pFedHN round for the participants in
+``batch``; per-client ``n``, ``loss`` and ``delta_norm`` (``||dtheta_i||``), and with ``test`` (same clients)
+``accuracy`` of the new state. Jit-compiled."""
+
+check_inputs = base.check_inputs
+
+ALGORITHM = federated.Algorithm(
+    name="pfedhn", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
+    check_inputs=check_inputs, summary="pFedHN: a server hypernetwork generates every client's model",
+)

@@ -1,8 +1,11 @@
-"""SCAFFOLD (Karimireddy et al., 2020), option II control variates.
+"""SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich and Suresh, "SCAFFOLD: Stochastic Controlled
+Averaging for Federated Learning", ICML 2020), Algorithm 1 with option II control variates. No official
+code was released; FL-bench's port (https://github.com/KarhouTam/FL-bench) sets the defaults.
 
-State: the global model ``w``, the server control variate ``c`` and one control variate ``c_i`` per
-client (all start at zero). One round, for the participants: each one starts from ``w^t`` and runs
-``local_epochs`` (E) epochs of minibatch SGD with the corrected gradient
+State: ``server = {"params": w, "c": c}`` (the global model and the server control variate) and
+``clients`` = every client's control variate ``c_i``, all controls starting at zero. One round, for
+the participants: each one starts from ``w^t`` and runs ``local_epochs`` (E) epochs of minibatch SGD
+with the corrected gradient
 
     w <- w - lr * (grad f_i(w) - c_i + c),
 
@@ -14,13 +17,27 @@ gradient above). With ``K_i`` its number of local steps, it then sets
 and the server updates ``w <- w + global_lr * mean_i (w_i - w^t)`` and
 ``c <- c + (|S| / N) * mean_i (c_i+ - c_i)``.
 
-Deliberate choices: ``global_lr = 1`` (FL-bench default, spec D). Both means are the paper's
-*unweighted* means over the participants that have data (a client with no data takes no step,
+Deliberate choices: ``global_lr = 1`` (FL-bench's default; FedPAC, Xu et al., ICLR 2023, compares with
+SCAFFOLD in Appendix C.4, Table 4, without stating it). Both means are the paper's *unweighted* means
+over the participants that have data (the round's ``weights``: a client with no data takes no step,
 ``K_i = 0``, keeps its ``c_i`` and is left out; ``|S|`` counts participants with data).
 ``K_i = E * ceil(n_i / batch_size)``, the number of minibatches with data. The local optimiser is
-FedPAC's common PyTorch SGD (momentum 0.5, wd 5e-4) applied to the corrected gradient; option II's
-``(w^t - w_i) / (K lr)`` is exact for plain SGD and an approximation with momentum or weight decay
-(set both to 0 for the textbook algorithm). Evaluation: the global model on each client's test split.
+FedPAC's common PyTorch SGD (momentum 0.5, wd 5e-4; Appendix B.3) applied to the corrected gradient;
+option II's ``(w^t - w_i) / (K lr)`` is exact for plain SGD and an approximation with momentum or
+weight decay (set both to 0 for the textbook algorithm). Evaluation: the global model on each
+client's test split.
+
+>>> import jax
+>>> from pflax.data import from_partition, synthetic
+>>> from pflax.models import mlp
+>>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
+>>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
+>>> sorted(state.server)
+['c', 'params']
+>>> state, metrics = round(state, train)
+>>> int(state.round)
+1
 """
 from __future__ import annotations
 
@@ -29,15 +46,23 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from ..core import federated
+from ..core.federated import State, sample_clients
 from . import base
-from .base import State, check_inputs, sample_clients
 from .common import init_on_execution_devices
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"]
+__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
+           "pieces_for"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
+    """SCAFFOLD's setting on top of the common SGD setting.
+
+    Attributes:
+      global_lr: the server's step on the mean model update.
+    """
+
     global_lr: float = 1.0
 
     def __post_init__(self):
@@ -52,15 +77,19 @@ def _zeros(tree):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """``shared = {"params": w, "c": c}``; ``local`` = every client's ``c_i``; all controls are zero."""
-    return base.init_state(
-        key, model, sample_x, num_clients, config,
-        lambda params: ({"params": params, "c": _zeros(params)}, _zeros(params)),
-    )
+    """A round-0 state: ``server = {"params": w, "c": 0}``, ``clients`` = every client's ``c_i = 0``.
+
+    Args:
+      key: PRNG key, split in three (model, training, sampling) as every algorithm's.
+      model: the split model; sample_x: one client's inputs (for the shapes).
+      num_clients: N; config: the :class:`Config`.
+    """
+    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
+    return State.create(key, {"params": params, "c": _zeros(params)}, _zeros(params), num_clients, model, config)
 
 
-def _client_update(client, shared, model, cfg: Config):
-    w0, c, c_i = shared["params"], shared["c"], client["local"]
+def _local_update(server, participant: dict, model, cfg: Config) -> dict:
+    w0, c, c_i = server["params"], server["c"], participant["client"]
     ce = base.ce_loss(model)
     correction = jax.tree.map(lambda a, b: a - b, c, c_i)
 
@@ -68,48 +97,69 @@ def _client_update(client, shared, model, cfg: Config):
         drift = sum(jnp.vdot(x, d) for x, d in zip(jax.tree.leaves(p), jax.tree.leaves(correction)))
         return ce(p, batch, w) + drift
 
-    w_i, loss_value = base.train(w0, loss, client, cfg)
-    k = base.local_steps(client["mask"], cfg)
+    w_i, loss_value = base.train(w0, loss, participant, cfg)
+    k = base.local_steps(participant["mask"], cfg)
     scale = jnp.where(k > 0, 1.0 / (jnp.maximum(k, 1) * cfg.lr), 0.0)
     # A client with no step keeps its control variate (c_i+ = c_i).
     c_new = jax.tree.map(lambda ci, cc, a, b: jnp.where(k > 0, ci - cc + (a - b) * scale, ci), c_i, c, w0, w_i)
     return {
-        "deltas": {
-            "w": jax.tree.map(lambda a, b: a - b, w_i, w0),
-            "c": jax.tree.map(lambda a, b: a - b, c_new, c_i),
-        },
-        "c_i": c_new,
-        "n": base.num_samples(client),
+        "mean": {"w": jax.tree.map(lambda a, b: a - b, w_i, w0), "c": jax.tree.map(lambda a, b: a - b, c_new, c_i)},
+        "client": c_new,
+        "n": base.num_samples(participant),
         "loss": loss_value,
     }
 
 
-def _round(state: State, batch, test=None):
-    model, cfg = state.model, state.config
-    # Unweighted means over the participants with data, summed as the clients finish (never stacked).
-    active = (batch.mask.sum(1) > 0).astype(jnp.float32)
-    no_update = {"w": _zeros(state.shared["params"]), "c": _zeros(state.shared["c"])}
-    out, mean = base.run_clients_and_average(state, base.client_inputs(state, batch),
-                                             lambda c, s: _client_update(c, s, model, cfg), "deltas", no_update,
-                                             weights=active)
-    share = active.sum() / state.num_clients
-    shared = {
-        "params": jax.tree.map(lambda w, d: w + cfg.global_lr * d, state.shared["params"], mean["w"]),
-        "c": jax.tree.map(lambda c, d: c + share * d, state.shared["c"], mean["c"]),
+def _active(batch) -> jax.Array:
+    """1 for a participant with data, else 0: the unweighted means' weights."""
+    return (batch.mask.sum(1) > 0).astype(jnp.float32)
+
+
+def _server_update(state: State, batch, uploads: dict, reduced: dict):
+    cfg = state.config
+    no_update = {"w": _zeros(state.server["params"]), "c": _zeros(state.server["c"])}
+    mean = federated.mean_or(reduced, no_update)
+    share = _active(batch).sum() / state.num_clients
+    server = {
+        "params": jax.tree.map(lambda w, d: w + cfg.global_lr * d, state.server["params"], mean["w"]),
+        "c": jax.tree.map(lambda c, d: c + share * d, state.server["c"], mean["c"]),
     }
-    new_state, metrics = base.finish_round(state, batch, shared, out["c_i"], {"n": out["n"], "loss": out["loss"]})
-    if test is not None:
-        metrics["accuracy"] = _evaluate(new_state, test)["accuracy"]
-    return new_state, metrics
+    return server, None, {"n": uploads["n"], "loss": uploads["loss"]}
 
 
-round = jax.jit(_round)  # noqa: A001
-round.__doc__ = "One SCAFFOLD round: ``(state, batch[, test]) -> (state, metrics)``; per-client metrics."
+def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """SCAFFOLD's round: the server's ``{params, c}`` to everyone, corrected local SGD, and the
+    unweighted means of the model and control updates over the participants with data."""
+    return federated.RoundPieces(
+        broadcast=federated.no_broadcast,
+        local_update=lambda server, participant: _local_update(server, participant, model, cfg),
+        server_update=_server_update,
+        weights=lambda state, batch: _active(batch),
+    )
 
 
-def _evaluate(state: State, test):
-    return base.evaluate_personal(state, test, lambda c, shared: shared["params"])
+def _evaluate(state: State, test, train=None) -> dict:
+    model = state.model
+    return federated.evaluate_clients(state, test, train, lambda c, server: base.accuracy_of(model, server["params"], c))
 
 
 evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = "The global model on each client's test split: ``{client_ids, accuracy, n}``."
+evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: the global model
+on each client's own test split (``train`` is not used)."""
+
+
+def _round(state: State, batch, test=None):
+    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
+
+
+round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
+round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one SCAFFOLD round for the
+participants in ``batch``; per-participant ``n`` and ``loss``; with ``test`` (same clients),
+``metrics["accuracy"]`` is ``evaluate`` of the new state. Jit-compiled."""
+
+check_inputs = base.check_inputs
+
+ALGORITHM = federated.Algorithm(
+    name="scaffold", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
+    check_inputs=check_inputs, summary="SCAFFOLD: FedAvg with control variates correcting client drift",
+)

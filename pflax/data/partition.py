@@ -1,17 +1,31 @@
 """Seeded, pure partitioners: each returns a list of index arrays, one per client.
 
-* :func:`fedpac_shards`: FedPAC's "s% uniform + dominant classes" partition (spec A.7), with the
-  official wrap-around cursor (clients can share samples) or a variant that never reuses a sample.
-* :func:`fedpac_shards_sized`: the same with one size per client (FedPAC Tables 6 and 9).
-* :func:`dirichlet`: per-class Dirichlet(beta) proportions over clients.
+* :func:`fedpac_shards`: the "s% uniform + dominant classes" label skew of FedPAC (Xu et al., ICLR
+  2023, §6; official ``mnist_noniid_s``/``cifar_noniid_s`` in ``data_loader.py`` of
+  https://github.com/JianXu95/FedPAC), with the official wrap-around cursor (clients can share
+  samples) or a variant that never reuses a sample.
+* :func:`fedpac_shards_sized`: the same with one size per client; :func:`quantity_skew` builds
+  "large" and "small" clients on it.
+* :func:`dirichlet`: per-class Dirichlet(beta) proportions over clients; :func:`dirichlet_matched`
+  draws the proportions once and applies them to the train and the test labels.
+* :func:`pathological` (:func:`pathological_class_sets`): every client sees only a few classes,
+  balanced inside the client.
+
+Every random draw comes from ``np.random.default_rng(seed)``, so the same arguments always give the
+same partition. Invalid inputs raise :class:`~pflax.data.DataError` (a ``ValueError``) naming the
+problem. The settings of FedPAC's tables built on these are in :mod:`pflax.suites.fedpac`.
 """
 from __future__ import annotations
+
+import math
+from typing import Sequence
 
 import numpy as np
 
 from .sources import DataError
 
-__all__ = ["fedpac_shards", "fedpac_shards_sized", "dominant_groups", "dirichlet", "class_counts"]
+__all__ = ["fedpac_shards", "fedpac_shards_sized", "dominant_groups", "dirichlet", "class_counts", "dirichlet_matched",
+           "pathological", "pathological_class_sets", "quantity_skew"]
 
 _TEN_CLASS_GROUPS = [[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8], [8, 9, 0]]
 
@@ -32,6 +46,31 @@ def check_labels(labels, num_classes: int | None) -> tuple[np.ndarray, int]:
     if labels.min() < 0 or labels.max() >= k:
         raise DataError(f"labels must lie in [0, {k}), found [{labels.min()}, {labels.max()}]")
     return labels, k
+
+
+def check_count(value, name: str, minimum: int = 1) -> int:
+    """``value`` as a Python int after checking it is an integer (not a bool) ``>= minimum``; a
+    :class:`DataError` naming ``name`` otherwise.
+
+    >>> check_count(3, "num_clients")
+    3
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise DataError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise DataError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def resolve_groups(num_classes: int, groups) -> list[list[int]]:
+    """``groups`` as lists of classes, or :func:`dominant_groups` of ``num_classes`` when ``groups`` is
+    None (a :class:`DataError` when FedPAC defines none for that many classes)."""
+    if groups is not None:
+        return [list(g) for g in groups]
+    try:
+        return dominant_groups(num_classes)
+    except ValueError as err:
+        raise DataError(str(err)) from err
 
 
 def dominant_groups(num_classes: int) -> list[list[int]]:
@@ -184,3 +223,211 @@ def class_counts(labels: np.ndarray, clients: list[np.ndarray], num_classes: int
     """``[num_clients, num_classes]`` label histogram of a partition."""
     labels = np.asarray(labels)
     return np.stack([np.bincount(labels[c], minlength=num_classes) for c in clients])
+
+
+def pathological_class_sets(
+    num_clients: int,
+    classes_per_group: Sequence[int],
+    mode: str = "random",
+    num_classes: int = 10,
+    seed: int = 0,
+    max_tries: int = 1000,
+) -> list[np.ndarray]:
+    """Each client's class set for :func:`pathological` (sorted int arrays). Client ``i`` is in group
+    ``g = i mod len(classes_per_group)`` and has ``classes_per_group[g]`` classes.
+
+    ``"random"``: every client draws its own set uniformly without replacement, so sets vary even inside
+    a group. ``"clustered"``: one uniform draw per group, redrawn until the groups' sets are pairwise
+    different, and every member of the group uses it. (Our reading of FedPAC App. C.7, whose Table 7
+    settings are :func:`pflax.suites.fedpac.pathological_class_sets`.)
+
+    >>> [s.size for s in pathological_class_sets(4, (2, 3), num_classes=5)]
+    [2, 3, 2, 3]
+    """
+    num_clients = check_count(num_clients, "num_clients")
+    num_classes = check_count(num_classes, "num_classes")
+    sizes = [int(c) for c in classes_per_group]
+    if not sizes or any(c < 1 or c > num_classes for c in sizes):
+        raise DataError(f"classes_per_group must be non-empty with entries in [1, {num_classes}], "
+                        f"got {list(classes_per_group)}")
+    if mode not in ("random", "clustered"):
+        raise DataError(f"mode must be 'random' or 'clustered', got {mode!r}")
+    rng = np.random.default_rng(seed)
+    draw = lambda c: np.sort(rng.choice(num_classes, size=c, replace=False)).astype(np.int64)
+    if mode == "random":
+        return [draw(sizes[i % len(sizes)]) for i in range(num_clients)]
+    for _ in range(max_tries):
+        sets = [draw(c) for c in sizes]
+        keys = {tuple(x.tolist()) for x in sets}
+        if len(keys) == len(sets):
+            return [sets[i % len(sizes)].copy() for i in range(num_clients)]
+    raise DataError(f"could not draw {len(sizes)} pairwise different class sets of sizes {sizes} "
+                    f"from {num_classes} classes")
+
+
+def pathological(
+    labels: np.ndarray,
+    num_clients: int,
+    samples_per_client: int,
+    classes_per_group: Sequence[int] | None = None,
+    mode: str = "random",
+    num_classes: int | None = None,
+    seed: int = 0,
+    class_sets: Sequence[Sequence[int]] | None = None,
+    disjoint: bool = True,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Pathological label skew: client ``i`` in group ``i mod len(classes_per_group)`` sees
+    ``classes_per_group[i mod G]`` classes with its ``samples_per_client`` samples balanced across them
+    (the remainder goes to its highest-numbered class, as in :func:`fedpac_shards`).
+
+    ``mode`` is ``"random"`` or ``"clustered"`` (see :func:`pathological_class_sets`); pass
+    ``class_sets`` (e.g. the train split's) to fix the sets, which then overrides ``mode`` and
+    ``classes_per_group``. Samples are drawn at random (``seed``) inside each class. ``disjoint=True``
+    hands each sample to at most one client and raises :class:`DataError` when a class runs out;
+    ``disjoint=False`` draws every client's samples independently (no repeats inside a client, clients
+    may share), which test splits need (e.g. 300 test samples per client from CIFAR's 1000 per class).
+
+    Returns ``(clients, class_sets)``.
+
+    >>> clients, sets = pathological(np.arange(100) % 10, 2, 6, classes_per_group=(2, 3), seed=0)
+    >>> [c.size for c in clients], [s.size for s in sets]
+    ([6, 6], [2, 3])
+    """
+    labels, k = check_labels(labels, num_classes)
+    num_clients = check_count(num_clients, "num_clients")
+    n = check_count(samples_per_client, "samples_per_client")
+    if class_sets is None:
+        if classes_per_group is None:
+            raise DataError("pass classes_per_group (classes per client, per group) or class_sets")
+        sets = pathological_class_sets(num_clients, classes_per_group, mode, k, seed)
+    else:
+        sets = [np.asarray(c) for c in class_sets]
+        if len(sets) != num_clients:
+            raise DataError(f"class_sets has {len(sets)} entries for {num_clients} clients")
+        for i, c in enumerate(sets):
+            if c.ndim != 1 or c.size == 0 or not np.issubdtype(c.dtype, np.integer):
+                raise DataError(f"class_sets[{i}] must be a non-empty 1-D integer array, got {c!r}")
+            if c.min() < 0 or c.max() >= k or np.unique(c).size != c.size:
+                raise DataError(f"class_sets[{i}] must hold distinct classes in [0, {k}), got {c.tolist()}")
+        sets = [np.sort(c).astype(np.int64) for c in sets]
+    if n < max(c.size for c in sets):
+        raise DataError(f"samples_per_client={n} cannot cover {max(c.size for c in sets)} classes with one sample each")
+    rng = np.random.default_rng([seed, 1])  # independent of the class-set stream
+    pools = [rng.permutation(np.flatnonzero(labels == c)) for c in range(k)]
+    cursor = np.zeros(k, np.int64)
+    clients = []
+    for i, classes in enumerate(sets):
+        chosen = []
+        for cls, count in zip(classes.tolist(), _split_evenly(n, classes.size)):
+            pool = pools[cls]
+            if count > pool.size:
+                raise DataError(f"client {i} needs {count} samples of class {cls}, which has only {pool.size}")
+            if disjoint:
+                if cursor[cls] + count > pool.size:
+                    raise DataError(f"class {cls} is exhausted at client {i} ({pool.size} samples); "
+                                    "use disjoint=False or fewer/smaller clients")
+                chosen.append(pool[cursor[cls]: cursor[cls] + count])
+                cursor[cls] += count
+            else:
+                chosen.append(rng.choice(pool, size=count, replace=False))
+        clients.append(np.sort(np.concatenate(chosen)))
+    return clients, sets
+
+
+def dirichlet_matched(
+    y_train: np.ndarray,
+    y_test: np.ndarray | None,
+    num_clients: int,
+    beta: float,
+    seed: int = 0,
+    min_size: int = 10,
+    min_test_size: int = 1,
+    num_classes: int | None = None,
+    max_tries: int = 100,
+):
+    """Dirichlet label skew with matching test splits: ``p_k ~ Dir_m(beta)`` for every class ``k``, and
+    a ``p_{k,i}`` share of class ``k``'s samples goes to client ``i``.
+
+    The scheme of :func:`dirichlet` (each sample to exactly one client, seeded per-class shuffles,
+    redraw until every client is large enough), except that one draw of the proportions is applied to
+    both ``y_train`` and ``y_test``, so each client's test labels follow its training distribution.
+    ``min_size`` (train) defaults to 10, the usual NIID-Bench ``min_require_size``.
+    ``min_size=0`` / ``min_test_size=0`` allow empty clients.
+
+    Returns the train partition, or ``(train, test)`` when ``y_test`` is given.
+
+    >>> train, test = dirichlet_matched(np.arange(200) % 10, np.arange(50) % 10, 4, 1.0, min_size=1)
+    >>> len(train), sum(c.size for c in train), sum(c.size for c in test)
+    (4, 200, 50)
+    """
+    y_train, k = check_labels(y_train, num_classes)
+    if y_test is not None:
+        y_test, _ = check_labels(y_test, k)
+    num_clients = check_count(num_clients, "num_clients")
+    if not (isinstance(beta, (int, float, np.integer, np.floating)) and math.isfinite(beta) and beta > 0):
+        raise DataError(f"Dirichlet beta must be a finite number > 0, got {beta!r}")
+    min_size = check_count(min_size, "min_size", 0)
+    min_test_size = check_count(min_test_size, "min_test_size", 0)
+    max_tries = check_count(max_tries, "max_tries")
+    if min_size * num_clients > y_train.size or (y_test is not None and min_test_size * num_clients > y_test.size):
+        raise DataError(f"{num_clients} clients with at least {min_size} train / {min_test_size} test samples "
+                        "need more data than given")
+    rng = np.random.default_rng(seed)
+
+    def split(y: np.ndarray, props: np.ndarray) -> list[np.ndarray]:
+        buckets: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for cls in range(k):
+            idx = rng.permutation(np.flatnonzero(y == cls))
+            cuts = (np.cumsum(props[cls])[:-1] * idx.size).astype(np.int64)
+            for client, part in enumerate(np.split(idx, cuts)):
+                buckets[client].append(part)
+        return [np.sort(np.concatenate(b)).astype(np.int64) for b in buckets]
+
+    for _ in range(max_tries):
+        props = rng.dirichlet(np.full(num_clients, float(beta)), size=k)  # [k, m]
+        train = split(y_train, props)
+        if min(c.size for c in train) < min_size:
+            continue
+        if y_test is None:
+            return train
+        test = split(y_test, props)
+        if min(c.size for c in test) >= min_test_size:
+            return train, test
+    raise DataError(f"could not draw a Dirichlet({beta}) partition over {num_clients} clients with >= {min_size} "
+                    f"train / {min_test_size} test samples each in {max_tries} tries")
+
+
+def quantity_skew(
+    labels: np.ndarray,
+    large: int,
+    small: int,
+    num_clients: int = 20,
+    num_large: int | None = None,
+    s: float = 0.2,
+    num_classes: int | None = None,
+    groups: list[list[int]] | None = None,
+    start_cursor: int = 0,
+    wrap: bool = True,
+    order_seed: int | None = None,
+    allow_empty: bool = False,
+) -> list[np.ndarray]:
+    """Quantity skew with "large" and "small" clients on top of FedPAC's s% + dominant-class partition.
+
+    Clients ``0 .. num_large-1`` hold ``large`` samples and the rest ``small`` (``num_large`` defaults
+    to half, rounded down), FedCollab's ``clusterexp_2`` layout (clients 0-9 large, 10-19 small;
+    FedCollab's own FMNIST setting is 2100 vs ``floor(2100 e^-5 + 0.49) = 14`` training samples, built by
+    :func:`pflax.suites.fedcollab.label_shift_partition`). Dominant-class groups are ``i mod 5``, so with 20
+    clients every group has two large and two small members. ``small=0`` needs ``allow_empty=True``.
+    """
+    labels, k = check_labels(labels, num_classes)
+    num_clients = check_count(num_clients, "num_clients")
+    large = check_count(large, "large")
+    small = check_count(small, "small", 0 if allow_empty else 1)
+    if small > large:
+        raise DataError(f"small ({small}) must not exceed large ({large})")
+    num_large = num_clients // 2 if num_large is None else check_count(num_large, "num_large", 0)
+    if num_large > num_clients:
+        raise DataError(f"num_large ({num_large}) exceeds num_clients ({num_clients})")
+    sizes = np.array([large] * num_large + [small] * (num_clients - num_large), np.int64)
+    return fedpac_shards_sized(labels, sizes, s, k, resolve_groups(k, groups), start_cursor, wrap, order_seed,
+                               allow_empty=allow_empty)

@@ -1,9 +1,9 @@
-"""Models with BatchNorm, split into an ``encoder`` and a ``head`` (FedBN's and FedPick's backbones).
+"""Models with BatchNorm, split into a ``body`` and a ``head`` (FedBN's and FedPick's backbones).
 
-Variables are kept as two trees with the same top-level parts::
+Variables are kept as two trees with the same top-level parts (the parts of every pflax model)::
 
-    {"params":      {"encoder": ..., "head": ...},
-     "batch_stats": {"encoder": ..., "head": ...}}
+    {"params":      {"body": ..., "head": ...},
+     "batch_stats": {"body": ..., "head": ...}}
 
 so an optimiser only ever sees ``params`` and the running statistics are threaded through training
 as model state. Every BatchNorm module is named ``bn<i>``; :func:`is_bn_path` uses that name (and the
@@ -15,13 +15,16 @@ client's minibatch never enter the batch statistics.
 
 Backbones:
 
-* :func:`digits_cnn`: FedBN's ``DigitModel`` (spec C.5): three Conv5x5 (pad 2) layers with 64, 64 and
-  128 channels, each with BN and ReLU, max-pool after the first two; at 32x32x3 the encoder output
-  is ``128 * 8 * 8 = 8192``. Head: FC 2048 -> BN -> ReLU -> FC 512 -> BN -> ReLU -> FC K. ``width``
-  scales every channel/hidden count (``width=1`` is the paper's model).
+* :func:`digits_cnn`: FedBN's ``DigitModel`` (Li et al., "FedBN: Federated Learning on Non-IID
+  Features via Local Batch Normalization", ICLR 2021; ``DigitModel`` in
+  https://github.com/med-air/FedBN, ``nets/models.py``), FedPick's Digits-Five backbone: three
+  Conv5x5 (pad 2) layers with 64, 64 and 128 channels, each with BN and ReLU, max-pool after the
+  first two; at 32x32x3 the body's output is ``128 * 8 * 8 = 8192``. Head: FC 2048 -> BN -> ReLU ->
+  FC 512 -> BN -> ReLU -> FC K. ``width`` scales every channel/hidden count (``width=1`` is the
+  paper's model).
 * :func:`alexnet_bn`: FedBN's ``AlexNet`` with BN after every conv and FC layer, for Office-Caltech-10
-  and DomainNet (256x256x3). The encoder ends after fc2 + BN + ReLU (k = 4096, the penultimate
-  layer, spec F.3 item 7); the head is the final FC layer.
+  and DomainNet (256x256x3). The body ends after fc2 + BN + ReLU (k = 4096, the penultimate layer,
+  where FedPick (Zhu et al., 2023, arXiv:2307.13995) picks features); the head is the final FC layer.
 """
 from __future__ import annotations
 
@@ -33,12 +36,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from . import TorchConv, TorchDense, jit_init, max_pool2
+from .kernels import max_pool2
+from .layers import TorchConv, TorchDense
+from .split import jit_init
 
 Array = jax.Array
 PyTree = Any
 
-__all__ = ["MaskedBatchNorm", "BNModel", "digits_cnn", "alexnet_bn", "is_bn_path", "apply_part"]
+__all__ = ["MaskedBatchNorm", "BNModel", "DigitsBody", "BNMLPHead", "AlexNetBNBody", "StatelessLinearHead",
+           "digits_cnn", "alexnet_bn", "is_bn_path", "apply_part"]
 
 
 class MaskedBatchNorm(nn.Module):
@@ -84,7 +90,9 @@ def is_bn_path(path) -> bool:
     return "batch_stats" in names or any(n.startswith("bn") for n in names)
 
 
-class DigitsEncoder(nn.Module):
+class DigitsBody(nn.Module):
+    """FedBN's DigitModel up to the flattened conv features: (Conv5x5 -> BN -> ReLU [-> max-pool]) x 3."""
+
     channels: Sequence[int] = (64, 64, 128)
     conv_impl: str = "auto"
 
@@ -126,7 +134,7 @@ def adaptive_avg_pool(x: Array, out: int) -> Array:
     )
 
 
-class AlexNetBNEncoder(nn.Module):
+class AlexNetBNBody(nn.Module):
     """FedBN's AlexNet up to fc2 + BN + ReLU (output 4096)."""
 
     @nn.compact
@@ -144,7 +152,12 @@ class AlexNetBNEncoder(nn.Module):
         return x
 
 
-class LinearHead(nn.Module):
+class StatelessLinearHead(nn.Module):
+    """One linear layer with the part interface of a :class:`BNModel` (``train`` and ``mask`` are
+    accepted and ignored: no BatchNorm, no batch statistics). AlexNet-BN's classifier; unlike
+    :class:`pflax.models.LinearHead` (the head of a :class:`pflax.models.SplitModel`) it names its
+    layer ``out``."""
+
     num_classes: int = 10
 
     @nn.compact
@@ -164,9 +177,9 @@ def apply_part(module: nn.Module, params: PyTree, stats: PyTree, x: Array, train
 
 @dataclasses.dataclass(frozen=True)
 class BNModel:
-    """An encoder and a head, both possibly with BatchNorm. Hashable, so it can be a static field."""
+    """A body and a head, both possibly with BatchNorm. Hashable, so it can be a static field."""
 
-    encoder: nn.Module
+    body: nn.Module
     head: nn.Module
     num_classes: int
     feature_dim: int
@@ -177,13 +190,13 @@ class BNModel:
         return jit_init(self, key, sample_x)
 
     def init_eagerly(self, key: Array, sample_x: Array) -> dict:
-        k_enc, k_head = jax.random.split(key)
-        enc = self.encoder.init(k_enc, sample_x[:1], False)
-        z = self.encoder.apply(enc, sample_x[:1], False)
+        k_body, k_head = jax.random.split(key)
+        body = self.body.init(k_body, sample_x[:1], False)
+        z = self.body.apply(body, sample_x[:1], False)
         head = self.head.init(k_head, z, False)
         return {
-            "params": {"encoder": enc["params"], "head": head["params"]},
-            "batch_stats": {"encoder": enc.get("batch_stats", {}), "head": head.get("batch_stats", {})},
+            "params": {"body": body["params"], "head": head["params"]},
+            "batch_stats": {"body": body.get("batch_stats", {}), "head": head.get("batch_stats", {})},
         }
 
     def init_head(self, key: Array) -> tuple[PyTree, PyTree]:
@@ -192,17 +205,20 @@ class BNModel:
         return v["params"], v.get("batch_stats", {})
 
     def encode(self, params, stats, x, train=False, mask=None):
-        return apply_part(self.encoder, params["encoder"], stats["encoder"], x, train, mask)
+        """``(features [B, feature_dim], new body batch_stats)`` of the body, from the full
+        ``params``/``stats`` trees."""
+        return apply_part(self.body, params["body"], stats["body"], x, train, mask)
 
     def classify(self, head_params, head_stats, z, train=False, mask=None):
+        """``(logits, new head batch_stats)`` of a head (``self.head``'s architecture) on features ``z``."""
         return apply_part(self.head, head_params, head_stats, z, train, mask)
 
     def logits(self, variables: dict, x: Array, train: bool = False, mask: Array | None = None) -> tuple[Array, dict]:
         """``(logits, new_batch_stats)``; the batch stats are unchanged when ``train`` is False."""
         p, s = variables["params"], variables["batch_stats"]
-        z, s_enc = self.encode(p, s, x, train, mask)
+        z, s_body = self.encode(p, s, x, train, mask)
         out, s_head = self.classify(p["head"], s["head"], z, train, mask)
-        return out, {**s, "encoder": s_enc, "head": s_head}
+        return out, {**s, "body": s_body, "head": s_head}
 
 
 def digits_cnn(num_classes: int = 10, width: float = 1.0, image_size: int = 32, conv_impl: str = "auto") -> BNModel:
@@ -215,10 +231,10 @@ def digits_cnn(num_classes: int = 10, width: float = 1.0, image_size: int = 32, 
     channels = (scale(64), scale(64), scale(128))
     k = channels[-1] * (image_size // 4) ** 2
     name = "digits_cnn" if width == 1.0 else f"digits_cnn_w{width:g}"
-    return BNModel(DigitsEncoder(channels, conv_impl), BNMLPHead((scale(2048), scale(512)), num_classes),
+    return BNModel(DigitsBody(channels, conv_impl), BNMLPHead((scale(2048), scale(512)), num_classes),
                    num_classes, k, name)
 
 
 def alexnet_bn(num_classes: int = 10) -> BNModel:
     """FedBN's AlexNet with BN (Office-Caltech-10, DomainNet; 256x256x3 input)."""
-    return BNModel(AlexNetBNEncoder(), LinearHead(num_classes), num_classes, 4096, "alexnet_bn")
+    return BNModel(AlexNetBNBody(), StatelessLinearHead(num_classes), num_classes, 4096, "alexnet_bn")

@@ -1,4 +1,5 @@
-"""Pairwise distribution distances with federated (x, y)-discriminators (FedCollab spec B.2, F.2).
+"""Pairwise distribution distances with federated (x, y)-discriminators (FedCollab, Bao et al., ICML 2023,
+Section 4; official ``src/collab/disc_estimate.py`` in https://github.com/baowenxuan/FedCollab).
 
 For every pair of clients (i, j) a small discriminator learns to tell client i's samples (domain 0)
 from client j's (domain 1) on *(x, y) pairs*. The pair is trained federatedly: each round both clients
@@ -25,14 +26,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..core import aggregate
-from ..core.execution import Execution, map_clients
-from ..core.losses import masked_mean
-from ..core.optim import pytorch_sgd
-from ..core.train import epoch_order, sgd_steps
-from ..data.clients import ClientData
-from ..data.sources import DataError
-from ..models import TorchDense
+from ...core import aggregate
+from ...core.execution import Execution, map_clients
+from ...core.losses import masked_mean
+from ...core.optim import pytorch_sgd
+from ...core.train import epoch_order, sgd_steps
+from ...data.clients import ClientData
+from ...data.sources import DataError
+from ...models import TorchDense
 
 Array = jax.Array
 

@@ -1,4 +1,6 @@
-"""FedCollab's three data setups (spec B.5) as pure, seeded functions on given arrays.
+"""FedCollab's three data setups (Bao et al., ICML 2023, Section 5 and Appendix; official
+``src/partition/`` and ``src/dataset/{rotate,swap}.py`` in https://github.com/baowenxuan/FedCollab)
+as pure, seeded functions on given arrays.
 
 * Label shift (FMNIST): 4 groups of 5 clients with the ``cluster4_0.25`` label fractions.
 * Feature shift: rotate each group's images (symmetric padding, rotate, centre crop).

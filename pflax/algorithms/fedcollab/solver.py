@@ -1,4 +1,5 @@
-"""FedCollab's collaboration objective and its greedy solver with random restarts (spec B.1, B.3, F.2).
+"""FedCollab's collaboration objective and its greedy solver with random restarts (Bao et al., ICML 2023,
+Section 4; official ``src/collab/solver.py`` in https://github.com/baowenxuan/FedCollab).
 
 A partition of the clients is an assignment vector ``p`` (``p[i]`` = coalition label of client i).
 Client i's collaboration weights are ``alpha_ij = beta_j [p_j = p_i] / sum_{k: p_k = p_i} beta_k`` and
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data.sources import DataError
+from ...data.sources import DataError
 
 __all__ = ["objective", "objectives", "solve", "canonical", "coalitions_of", "all_partitions", "ablate"]
 
@@ -20,7 +21,7 @@ def _check_inputs(dist: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.n
     if dist.shape != (n, n):
         raise ValueError(f"distance matrix must be [{n}, {n}] to match {n} client sizes, got {dist.shape}")
     if np.any(sizes <= 0):
-        # beta_j = 0 makes alpha_ij^2 / beta_j = 0/0: such clients cannot be placed (spec F.2.6).
+        # beta_j = 0 makes alpha_ij^2 / beta_j = 0/0: such clients cannot be placed.
         raise DataError(f"clients {np.flatnonzero(sizes <= 0).tolist()} have no training samples; "
                         "exclude empty clients before solving")
     if not np.all(np.isfinite(dist)):

@@ -1,28 +1,37 @@
-"""Training with a collaboration structure, and placing a new client into it (spec B.4; paper §4.3).
+"""Training with a collaboration structure, and placing a new client into it (FedCollab, Bao et al.,
+ICML 2023, §4.3; official ``src/main.py`` in https://github.com/baowenxuan/FedCollab).
 
 Each coalition is an independent FL system: a fresh model from the *same* key, only its members'
-data, any pflax algorithm module with the common ``Config/init/round/evaluate`` API. A singleton
-coalition is therefore local training run by the same code.
+data, any pflax algorithm (a :class:`pflax.core.federated.Algorithm` registry entry or its module).
+A singleton coalition is therefore local training run by the same code.
 """
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import Any, Union
 
 import jax
 import numpy as np
 
-from ..data.clients import ClientData
+from ...core import federated
+from ...data.clients import ClientData
 from .solver import canonical, coalitions_of, objective
 
 __all__ = ["train_coalitions", "assign_new_client"]
 
 
-def _train_one(algo: ModuleType, key, model, train: ClientData, test: ClientData, config: Any, rounds: int):
+def _as_algorithm(algo: Union[federated.Algorithm, ModuleType]):
+    """The registry entry of ``algo`` (a module exposes it as ``ALGORITHM``); anything else with
+    ``init/round/evaluate`` of the contract's signatures is used as it is."""
+    return getattr(algo, "ALGORITHM", algo)
+
+
+def _train_one(algo, key, model, train: ClientData, test: ClientData, config: Any, rounds: int):
     state = algo.init(key, model, train.x[0, :1], train.num_clients, config)
     for _ in range(rounds):
         state, _ = algo.round(state, train)
-    return np.asarray(algo.evaluate(state, test)["accuracy"])
+    # Algorithms that personalise at evaluation (fine-tuning, kNN datastores) use the training split.
+    return np.asarray(algo.evaluate(state, test, train)["accuracy"])
 
 
 def _local_ids(data: ClientData, members: list[int]) -> ClientData:
@@ -31,13 +40,39 @@ def _local_ids(data: ClientData, members: list[int]) -> ClientData:
     return sub.replace(client_ids=jax.numpy.arange(len(members), dtype=jax.numpy.int32))
 
 
-def train_coalitions(algo: ModuleType, assignment, model, train: ClientData, test: ClientData, key,
-                     config: Any, rounds: int) -> np.ndarray:
+def train_coalitions(algo: Union[federated.Algorithm, ModuleType], assignment, model, train: ClientData,
+                     test: ClientData, key, config: Any, rounds: int) -> np.ndarray:
     """Final-round test accuracy of every client, each trained inside its own coalition.
 
-    ``algo`` is a module such as :mod:`pflax.algorithms.fedavg`; ``assignment`` gives one coalition
-    label per client (e.g. from :func:`pflax.fedcollab.solver.solve`).
+    Args:
+      algo: the algorithm run inside every coalition: a registry entry
+        (:class:`pflax.core.federated.Algorithm`) or an algorithm module such as
+        :mod:`pflax.algorithms.fedavg`.
+      assignment: ``[N]`` coalition labels, one per client (e.g. from :func:`.solver.solve`).
+      model: the flax model every coalition starts from (initialised from ``key``).
+      train, test: the federation's training and test splits (same N rows).
+      key: PRNG key; every coalition starts from the same one.
+      config: ``algo``'s ``Config``.
+      rounds: rounds of ``algo.round`` in every coalition (all members participate).
+
+    Returns:
+      ``[N]`` test accuracy of every client after ``rounds`` rounds, from ``algo.evaluate(state, test,
+      train)`` of its coalition.
+
+    >>> import jax
+    >>> from pflax.algorithms import fedavg
+    >>> from pflax.data import from_partition, synthetic
+    >>> from pflax.models import mlp
+    >>> ds = synthetic(train_per_class=4, test_per_class=2, image_size=8)
+    >>> parts = [range(i * 10, i * 10 + 10) for i in range(3)]
+    >>> train = from_partition(ds.x_train, ds.y_train, parts)
+    >>> test = from_partition(ds.x_test, ds.y_test, [range(i * 5, i * 5 + 5) for i in range(3)])
+    >>> acc = train_coalitions(fedavg, [0, 0, 1], mlp(10, hidden=(8,)), train, test, jax.random.PRNGKey(0),
+    ...                        fedavg.Config(local_epochs=1), rounds=1)
+    >>> acc.shape
+    (3,)
     """
+    algo = _as_algorithm(algo)
     assignment = np.asarray(assignment)
     if assignment.shape != (train.num_clients,):
         raise ValueError(f"assignment needs one label per client ({train.num_clients}), got shape {assignment.shape}")

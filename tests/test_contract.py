@@ -1,0 +1,117 @@
+"""The algorithm contract, for every registry entry: the signatures, identical outputs for identical
+inputs, no retrace after the first round, and a finite state after two rounds on a federation with
+an empty client and a class that no client has."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+
+import jax
+import numpy as np
+import pytest
+
+import golden_trajectories as golden
+from pflax.algorithms import REGISTRY
+from pflax.core import federated
+from pflax.data import from_partition, synthetic
+
+NAMES = list(REGISTRY)
+MISSING_CLASS = 9
+TRAIN_SIZES = (30, 0, 25, 12)  # client 1 has no training data
+TEST_SIZES = (10, 10, 8, 6)
+
+
+@functools.lru_cache(maxsize=2)
+def _federation(bn: bool):
+    size = 16 if bn else 8
+    ds = synthetic(num_classes=10, train_per_class=12, test_per_class=6, image_size=size, seed=5, noise=0.3)
+    x_tr, x_te = ds.x_train, ds.x_test
+    if bn:
+        x_tr, x_te = (np.repeat(np.asarray(a)[..., :1], 3, axis=-1) for a in (x_tr, x_te))
+
+    def split(labels, sizes):
+        usable = np.flatnonzero(np.asarray(labels) != MISSING_CLASS)
+        out, start = [], 0
+        for n in sizes:
+            out.append(usable[start:start + n])
+            start += n
+        return out
+
+    train = from_partition(x_tr, ds.y_train, split(ds.y_train, TRAIN_SIZES))
+    test = from_partition(x_te, ds.y_test, split(ds.y_test, TEST_SIZES))
+    return train, test
+
+
+def _leaves(tree):
+    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
+@functools.lru_cache(maxsize=None)
+def _two_runs(name: str):
+    """Two identical two-round runs of ``name`` (round with test, then evaluate with train), plus the
+    round function's compilation-cache size after each round of the first run."""
+    algo = REGISTRY[name]
+    bn = name in golden.BN_ALGORITHMS
+    train, test = _federation(bn)
+    runs, cache_sizes = [], []
+    for _ in range(2):
+        state = algo.init(jax.random.PRNGKey(3), golden.model_for(name), train.x[0], train.num_clients,
+                          golden.config_for(name, algo))
+        history = []
+        for _ in range(2):
+            state, metrics = algo.round(state, train, test)
+            history.append(jax.device_get(metrics))
+            if len(runs) == 0:
+                cache_sizes.append(algo.round._cache_size())
+        evaluation = jax.device_get(algo.evaluate(state, test, train))
+        runs.append((state, history, evaluation))
+    return runs, cache_sizes
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_registry_entry_keeps_the_contract(name):
+    algo = REGISTRY[name]
+    assert isinstance(algo, federated.Algorithm) and algo.name == name
+    assert dataclasses.is_dataclass(algo.Config) and algo.Config.__dataclass_params__.frozen
+    algo.Config()  # the paper's setting constructs
+    expected = {"init": ["key", "model", "sample_x", "num_clients", "config"], "round": ["state", "batch", "test"],
+                "evaluate": ["state", "test", "train"]}
+    for verb, params in expected.items():
+        signature = inspect.signature(getattr(algo, verb))
+        assert list(signature.parameters) == params, verb
+    assert inspect.signature(algo.round).parameters["test"].default is None
+    assert inspect.signature(algo.evaluate).parameters["train"].default is None
+    pieces = algo.pieces(golden.model_for(name), algo.Config())
+    assert isinstance(pieces, federated.RoundPieces)
+    assert algo.summary
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_identical_inputs_give_identical_outputs(name):
+    (first, second), _ = _two_runs(name)
+    for a, b in zip(_leaves(first), _leaves(second)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_retrace_after_the_first_round(name):
+    _, cache_sizes = _two_runs(name)
+    assert cache_sizes[1] == cache_sizes[0], f"round recompiled for round 2: cache {cache_sizes}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_finite_with_an_empty_client_and_a_class_missing_everywhere(name):
+    (run, _), _ = _two_runs(name)
+    state, history, evaluation = run
+    assert int(state.round) == 2
+    for x in _leaves(state):
+        if np.issubdtype(x.dtype, np.floating):
+            assert np.all(np.isfinite(x))
+    for metrics in history:
+        assert not bool(metrics["nonfinite"])
+        assert np.all(np.isfinite(np.asarray(metrics["accuracy"], np.float64)))
+    assert np.asarray(evaluation["accuracy"]).shape == (len(TEST_SIZES),)
+    assert np.all(np.isfinite(np.asarray(evaluation["accuracy"], np.float64)))
+    np.testing.assert_array_equal(np.asarray(evaluation["n"]), TEST_SIZES)
