@@ -62,7 +62,7 @@ def load_setting(data_dir: str) -> dict:
         mod = REGISTRY[name]
         own = run_args(folder, data_dir)
         state = mod.init(key, model, train.x[0], avg_args.clients, cli.baseline_config(mod, own))
-        if jax.tree.structure(state.shared) != jax.tree.structure(template.params):
+        if jax.tree.structure(state.server) != jax.tree.structure(template.server):
             raise SystemExit(f"{name}: its shared tree is not FedAvg's model tree; cannot evaluate it on FedAvg's run")
         direct = {e["round"]: e["accuracy"] for e in
                   json.loads((OUT / folder / "results.json").read_text())["personalized_history"]}
@@ -79,7 +79,7 @@ def evaluate_at(directory: Path, step: int, setting: dict) -> dict[str, list[flo
     avg = checkpoint.restore(directory, setting["template"], step=step, run=setting["fingerprint"]).state
     out = {}
     for label, m in setting["methods"].items():
-        state = m["state"].replace(shared=avg.params, round=avg.round, key=avg.key, sampling_key=avg.sampling_key)
+        state = m["state"].replace(server=avg.server, round=avg.round, key=avg.key, sampling_key=avg.sampling_key)
         acc = m["module"].evaluate(state, setting["test"], setting["train"])["accuracy"]
         out[label] = np.asarray(jax.device_get(acc), np.float64).tolist()
     return out

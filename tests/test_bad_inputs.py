@@ -188,7 +188,7 @@ def test_diverging_round_keeps_the_state_and_reports_nonfinite():
 
 @pytest.mark.parametrize("group", [1, 7, 1 << 22])  # every leaf alone, several groups, one group per dtype
 def test_all_finite_finds_any_nan_or_inf_in_any_leaf(monkeypatch, group):
-    from pflax.algorithms import common
+    from pflax.core import federated
 
     monkeypatch.setattr(common, "_FINITE_CHECK_GROUP", group)
     tree = {
@@ -197,7 +197,7 @@ def test_all_finite_finds_any_nan_or_inf_in_any_leaf(monkeypatch, group):
         "half": np.ones((2, 3), np.float16), "c": np.ones((2, 2), np.float32),
     }
     with jax.enable_x64(True):  # keep the float64 leaf float64 inside the check
-        check = jax.jit(common.all_finite)
+        check = jax.jit(federated.all_finite)
         assert bool(check(tree))
         for name in ("a", "b", "big64", "half", "c"):
             for bad in (np.nan, np.inf, -np.inf):

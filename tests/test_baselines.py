@@ -20,7 +20,6 @@ MODEL = mlp(NUM_CLASSES, hidden=(32,))
 KEY = jax.random.PRNGKey(0)
 # Fast-learning setting shared by the tests (one compilation per algorithm serves both of its tests).
 FAST = dict(lr=0.05, batch_size=20, local_epochs=2)
-NEEDS_TRAIN = (fedavg_ft, fedbabu, knnper, perfedavg)  # evaluate(state, test, train)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +52,7 @@ def start(mod, fed, **overrides):
 
 def accuracy(mod, state, fed) -> np.ndarray:
     train, test = fed
-    out = mod.evaluate(state, test, train) if mod in NEEDS_TRAIN else mod.evaluate(state, test)
+    out = mod.evaluate(state, test, train)
     return np.asarray(out["accuracy"])
 
 
@@ -71,7 +70,7 @@ LEARNERS = [(local_only, PERSONAL), (fedavg_ft, PERSONAL), (fedper, PERSONAL), (
 def test_learns(mod, floor, fed):
     train, _ = fed
     state = start(mod, fed)
-    before = accuracy(mod, state, fed).mean() if mod not in NEEDS_TRAIN else 0.1
+    before = accuracy(mod, state, fed).mean() if not mod.ALGORITHM.needs_train else 0.1
     for _ in range(3):
         state, metrics = mod.round(state, train)
         assert not bool(metrics["nonfinite"])
@@ -95,27 +94,27 @@ def test_learns(mod, floor, fed):
 def test_local_only_never_communicates(fed):
     train, _ = fed
     state = start(local_only, fed)
-    assert state.shared == {}
+    assert state.server == {}
     # Training client 0 alone gives exactly the model it gets in a full round: nobody else matters.
     full, _ = local_only.round(state, train)
     alone, _ = local_only.round(state, train.take(jnp.array([0])))
-    assert leaves_equal(row(full.local, 0), row(alone.local, 0))
-    assert leaves_equal(row(alone.local, 1), row(state.local, 1))  # non-participants untouched
-    assert not rows_identical(full.local["head"]) and not rows_identical(full.local["body"])
+    assert leaves_equal(row(full.clients, 0), row(alone.clients, 0))
+    assert leaves_equal(row(alone.clients, 1), row(state.clients, 1))  # non-participants untouched
+    assert not rows_identical(full.clients["head"]) and not rows_identical(full.clients["body"])
 
 
 def test_fedper_averages_body_never_head(fed):
     train, _ = fed
     state, _ = fedper.round(start(fedper, fed), train)
-    assert set(state.shared) == {"body"} and set(state.local) == {"head"}
-    assert not rows_identical(state.local["head"])  # heads differ across clients
+    assert set(state.server) == {"body"} and set(state.clients) == {"head"}
+    assert not rows_identical(state.clients["head"])  # heads differ across clients
 
 
 def test_lg_fedavg_averages_head_never_body(fed):
     train, _ = fed
     state, _ = lg_fedavg.round(start(lg_fedavg, fed), train)
-    assert set(state.shared) == {"head"} and set(state.local) == {"body"}
-    assert not rows_identical(state.local["body"])  # bodies differ across clients
+    assert set(state.server) == {"head"} and set(state.clients) == {"body"}
+    assert not rows_identical(state.clients["body"])  # bodies differ across clients
 
 
 @pytest.mark.usefixtures("float32_matmuls")
@@ -125,51 +124,52 @@ def test_split_round_is_weighted_mean_of_trained_part(fed):
     train = train.replace(mask=train.mask.at[1, 60:].set(False))  # unequal sizes
     state = start(fedper, fed)
     new, _ = fedper.round(state, train)
-    inputs = base.client_inputs(state, train)
-    train_full = jax.jit(base.train_full, static_argnums=(2, 3))
-    trained = [train_full(base.assembled(row(inputs, i), state.shared), row(inputs, i), MODEL, state.config)[0]
+    keys = federated.participant_keys(state, train.client_ids)
+    train_full = jax.jit(lambda params, client: base.train(params, base.ce_loss(MODEL), client, state.config))
+    trained = [train_full({**state.server, **row(state.clients, i)},
+                          {"x": train.x[i], "y": train.y[i], "mask": train.mask[i], "key": keys[i]})[0]
                for i in range(NUM_CLIENTS)]
     sizes = np.asarray(train.sizes, np.float64)
     want = jax.tree.map(lambda *b: sum(w * x for w, x in zip(sizes / sizes.sum(), b)), *[t["body"] for t in trained])
-    for got, exp in zip(jax.tree.leaves(new.shared["body"]), jax.tree.leaves(want)):
+    for got, exp in zip(jax.tree.leaves(new.server["body"]), jax.tree.leaves(want)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
     for i in range(NUM_CLIENTS):
         if jax.default_backend() == "cpu":
-            assert leaves_equal(row(new.local, i)["head"], trained[i]["head"])
+            assert leaves_equal(row(new.clients, i)["head"], trained[i]["head"])
         else:  # a GPU's batched kernels round the last bit differently from one client's (seen on an H100)
-            for got, exp in zip(jax.tree.leaves(row(new.local, i)["head"]), jax.tree.leaves(trained[i]["head"])):
+            for got, exp in zip(jax.tree.leaves(row(new.clients, i)["head"]), jax.tree.leaves(trained[i]["head"])):
                 np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-6, atol=1e-7)
 
 
 def test_fedrep_head_phase_then_body_phase(fed):
     """With zero body epochs only the heads move; with zero head epochs the heads stay put."""
     train, _ = fed
-    heads_only, _ = fedrep.round(start(fedrep, fed, head_epochs=1, body_epochs=0), train)
+    heads_only, _ = fedrep.round(start(fedrep, fed, head_epochs=1, local_epochs=0), train)
     init = start(fedrep, fed)
     # The untouched bodies are still averaged, so equal up to the mean's float rounding.
-    for a, b in zip(jax.tree.leaves(heads_only.shared["body"]), jax.tree.leaves(init.shared["body"])):
+    for a, b in zip(jax.tree.leaves(heads_only.server["body"]), jax.tree.leaves(init.server["body"])):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
-    assert not leaves_equal(heads_only.local, init.local)
-    body_only, _ = fedrep.round(start(fedrep, fed, head_epochs=0, body_epochs=1), train)
-    assert leaves_equal(body_only.local, init.local)
-    assert not leaves_equal(body_only.shared["body"], init.shared["body"])
+    assert not leaves_equal(heads_only.clients, init.clients)
+    body_only, _ = fedrep.round(start(fedrep, fed, head_epochs=0, local_epochs=1), train)
+    assert leaves_equal(body_only.clients, init.clients)
+    assert not leaves_equal(body_only.server["body"], init.server["body"])
 
 
 def test_fedbabu_head_stays_at_init(fed):
     train, _ = fed
     state = start(fedbabu, fed)
-    head0 = state.shared["head"]
+    head0 = state.server["head"]
     for _ in range(2):
         state, _ = fedbabu.round(state, train)
-    assert leaves_equal(state.shared["head"], head0)
-    assert not leaves_equal(state.shared["body"], start(fedbabu, fed).shared["body"])
+    assert leaves_equal(state.server["head"], head0)
+    assert not leaves_equal(state.server["body"], start(fedbabu, fed).server["body"])
 
 
 def test_finetuned_evaluation_differs_from_global_and_keeps_state(fed):
     train, test = fed
     state, _ = fedavg_ft.round(start(fedavg_ft, fed), train)
     tuned = np.asarray(fedavg_ft.evaluate(state, test, train)["accuracy"])
-    plain = np.asarray(base.evaluate_personal(state, test, base.assembled)["accuracy"])
+    plain = np.asarray(fedavg.evaluate(state, test)["accuracy"])
     assert tuned.mean() > plain.mean()  # local fine-tuning personalises the non-IID clients
     again = np.asarray(fedavg_ft.evaluate(state, test, train)["accuracy"])
     np.testing.assert_array_equal(tuned, again)  # deterministic, and the state is not changed
@@ -179,14 +179,14 @@ def test_fedprox_mu_zero_is_fedavg_and_huge_mu_stays_at_global(fed):
     train, _ = fed
     avg_cfg = fedavg.Config(**FAST)
     avg, _ = fedavg.round(fedavg.init(KEY, MODEL, train.x[0], NUM_CLIENTS, avg_cfg), train)
-    prox0, _ = fedprox.round(start(fedprox, fed, mu=0.0), train)
-    for a, b in zip(jax.tree.leaves(avg.params), jax.tree.leaves(prox0.shared)):
+    prox0, _ = fedprox.round(start(fedprox, fed, prox_mu=0.0), train)
+    for a, b in zip(jax.tree.leaves(avg.server), jax.tree.leaves(prox0.server)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
     def drift(mu):
-        state = start(fedprox, fed, mu=mu, momentum=0.0, weight_decay=0.0)
+        state = start(fedprox, fed, prox_mu=mu, momentum=0.0, weight_decay=0.0)
         new, _ = fedprox.round(state, train)
-        return np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(new.shared), jax.tree.leaves(state.shared))))
+        return np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(new.server), jax.tree.leaves(state.server))))
 
     # lr * mu = 1 without momentum: each step is w <- w^t - lr * grad f(w), so the model never leaves
     # a one-step neighbourhood of w^t, while FedAvg's 10 steps accumulate (measured ratio ~0.14).
@@ -268,13 +268,13 @@ def test_fedrod_balanced_softmax_and_personal_path(fed):
     np.testing.assert_allclose(offsets[counts > 0], np.log(counts[counts > 0]), rtol=1e-6)
     assert np.all(offsets[counts == 0] <= -1e8)  # absent classes leave the client's softmax
     state = start(fedrod, fed)
-    assert all(float(jnp.abs(a).max()) == 0.0 for a in jax.tree.leaves(state.local))  # personal = generic at start
+    assert all(float(jnp.abs(a).max()) == 0.0 for a in jax.tree.leaves(state.clients))  # personal = generic at start
     new, _ = fedrod.round(state, train)
-    assert set(new.shared) == {"body", "head"} and not rows_identical(new.local["personal"])
+    assert set(new.server) == {"body", "head"} and not rows_identical(new.clients["personal"])
     acc = np.asarray(fedrod.evaluate(new, test)["accuracy"])
     for i in range(NUM_CLIENTS):
-        logits = (MODEL.apply(new.shared, test.x[i])
-                  + MODEL.logits_from_features(row(new.local, i)["personal"], MODEL.features(new.shared["body"], test.x[i])))
+        logits = (MODEL.apply(new.server, test.x[i])
+                  + MODEL.logits_from_features(row(new.clients, i)["personal"], MODEL.features(new.server["body"], test.x[i])))
         want = masked_mean((jnp.argmax(logits, -1) == test.y[i]).astype(jnp.float32), test.mask[i])
         assert acc[i] == pytest.approx(float(want))
 
@@ -303,9 +303,9 @@ def test_evaluating_on_a_fedavg_trajectory_equals_the_direct_run(mod, fed):
         avg, _ = fedavg.round(avg, train)
     np.testing.assert_array_equal(np.asarray(direct.key), np.asarray(avg.key))
     np.testing.assert_array_equal(np.asarray(direct.round), np.asarray(avg.round))
-    for a, b in zip(jax.tree.leaves(avg.params), jax.tree.leaves(direct.shared)):
+    for a, b in zip(jax.tree.leaves(avg.server), jax.tree.leaves(direct.server)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
-    derived = start(mod, fed).replace(shared=avg.params, round=avg.round, key=avg.key, sampling_key=avg.sampling_key)
+    derived = start(mod, fed).replace(server=avg.server, round=avg.round, key=avg.key, sampling_key=avg.sampling_key)
     np.testing.assert_allclose(accuracy(mod, derived, fed), accuracy(mod, direct, fed), atol=1e-6)
 
 
@@ -313,10 +313,10 @@ def test_knnper_trains_as_fedavg_and_lam_zero_is_the_global_model(fed):
     train, test = fed
     state, _ = knnper.round(start(knnper, fed), train)
     avg, _ = fedavg.round(fedavg.init(KEY, MODEL, train.x[0], NUM_CLIENTS, fedavg.Config(**FAST)), train)
-    for a, b in zip(jax.tree.leaves(avg.params), jax.tree.leaves(state.shared)):
+    for a, b in zip(jax.tree.leaves(avg.server), jax.tree.leaves(state.server)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
-    plain = knnper._evaluate(state.replace(config=knnper.Config(**FAST, lam=0.0)), test, train)["accuracy"]
-    np.testing.assert_array_equal(np.asarray(plain), np.asarray(fedavg.evaluate(avg.replace(params=state.shared), test)["accuracy"]))
+    plain = knnper.evaluate(state.replace(config=knnper.Config(**FAST, knn_lam=0.0)), test, train)["accuracy"]
+    np.testing.assert_array_equal(np.asarray(plain), np.asarray(fedavg.evaluate(avg.replace(server=state.server), test)["accuracy"]))
     with_knn = np.asarray(knnper.evaluate(state, test, train)["accuracy"])
     assert with_knn.mean() > np.asarray(plain).mean()  # the local memory personalises
 
@@ -369,13 +369,14 @@ def test_fednova_normalises_by_local_steps(fed):
 
 def test_registry_and_common_api():
     import pflax
-    from pflax.algorithms import EVALUATE_NEEDS_TRAIN, REGISTRY
+    from pflax.algorithms import REGISTRY
 
-    baselines = {m for m, _ in LEARNERS}
+    baselines = {m.ALGORITHM for m, _ in LEARNERS}
     assert baselines <= set(REGISTRY.values())
-    assert {n for n, m in REGISTRY.items() if m in NEEDS_TRAIN} == EVALUATE_NEEDS_TRAIN
-    for name, mod in REGISTRY.items():
-        assert getattr(pflax, name) is mod
+    assert {n for n, a in REGISTRY.items() if a.needs_train} == {"fedavg_ft", "fedbabu", "knnper", "perfedavg"}
+    for name, algo in REGISTRY.items():
+        mod = getattr(pflax, name)
+        assert mod.ALGORITHM is algo
         for attr in ("Config", "State", "init", "round", "evaluate", "sample_clients", "check_inputs"):
             assert hasattr(mod, attr), (name, attr)
         assert mod.__doc__ and len(mod.__doc__) > 200, name  # the rule and its choices are documented

@@ -108,16 +108,16 @@ def test_fedproto_global_prototypes_are_count_weighted_means(fed):
     new, _ = fedproto.round(state, batch)
     sums, weights = 0.0, 0.0
     for i in range(NUM_CLIENTS):  # hand computation from the participants' trained bodies
-        body = row(new.local, i)["body"]
+        body = row(new.clients, i)["body"]
         z = np.asarray(MODEL.features(body, train.x[i]), np.float64)
         onehot = np.eye(NUM_CLASSES)[np.asarray(train.y[i])] * np.asarray(batch.mask[i])[:, None]
         sums = sums + onehot.T @ z  # = n_{i,y} * c_{i,y}
         weights = weights + onehot.sum(0)
-    got = np.asarray(new.shared["protos"])
+    got = np.asarray(new.server["protos"])
     present = weights > 0
     np.testing.assert_allclose(got[present], sums[present] / weights[present][:, None], rtol=1e-4, atol=1e-5)
-    assert not present[7] and np.array_equal(got[7], np.asarray(state.shared["protos"])[7])
-    assert bool(new.shared["valid"][7])  # still valid from round 0
+    assert not present[7] and np.array_equal(got[7], np.asarray(state.server["protos"])[7])
+    assert bool(new.server["valid"][7])  # still valid from round 0
 
 
 def test_ifca_assigns_the_cluster_with_the_smallest_loss(fed):
@@ -216,8 +216,8 @@ def test_fedfomo_update_by_hand(fed):
     state, metrics = fedfomo.round(state, train)
     assert not bool(np.any(np.asarray(metrics["download_valid"])))  # round 0: nobody has uploaded yet
     # Reset client 0 to the initial model: the others' trained models now lower its validation loss.
-    init = row(start(fedfomo, fed).local, 0)
-    state = state.replace(local=jax.tree.map(lambda a, b: a.at[0].set(b), state.local, init))
+    init = row(start(fedfomo, fed).clients, 0)
+    state = state.replace(clients=jax.tree.map(lambda a, b: a.at[0].set(b), state.clients, init))
     new, metrics = fedfomo.round(state, train)
     sel = np.asarray(metrics["downloaded"])
     assert sel.shape == (NUM_CLIENTS, 4) and all(i not in sel[i] for i in range(NUM_CLIENTS))
@@ -228,13 +228,13 @@ def test_fedfomo_update_by_hand(fed):
     own = ravel_pytree(init)[0]
     scores = []
     for n in sel[0]:
-        theta_n = row(state.local, int(n))
+        theta_n = row(state.clients, int(n))
         dist = float(jnp.linalg.norm(ravel_pytree(theta_n)[0] - own))
         scores.append((client_loss(init, train, 0, val) - client_loss(theta_n, train, 0, val)) / dist)
     want = np.maximum(scores, 0) / np.maximum(scores, 0).sum()
     np.testing.assert_allclose(w[0], want, rtol=1e-3, atol=1e-6)
     # The affinity row grows by the signed scores of the downloaded models.
-    np.testing.assert_allclose(np.asarray(new.shared["affinity"][0, sel[0]] - state.shared["affinity"][0, sel[0]]),
+    np.testing.assert_allclose(np.asarray(new.server["affinity"][0, sel[0]] - state.server["affinity"][0, sel[0]]),
                                scores, rtol=1e-3, atol=1e-6)
 
 
@@ -295,15 +295,15 @@ def test_pfedhn_server_step_is_jacobian_transpose_times_delta(fed):
     new, metrics = pfedhn.round(state, train)  # every client, so the learning test's compilation is reused
     c = state.config
     inner = jax.jit(lambda th, idx, ok, x, y: sgd_steps(th, base.ce_loss(MODEL), {"x": x, "y": y}, idx, ok, c.optimizer()))
-    psi = jax.tree.map(lambda a: np.asarray(a, np.float64), state.shared["hypernetwork"])
+    psi = jax.tree.map(lambda a: np.asarray(a, np.float64), state.server["hypernetwork"])
     unravel = pfedhn.unraveler(MODEL, train.x[0])
     want = jax.tree.map(np.copy, psi)
     for i in range(NUM_CLIENTS):
-        e = np.asarray(state.local["embed"][i], np.float64)
+        e = np.asarray(state.clients["embed"][i], np.float64)
         # The client's inner steps, redone with the same minibatches and optimiser.
         key = jax.random.fold_in(jax.random.fold_in(state.key, state.round), i)
         idx, ok = pfedhn.random_minibatches(key, train.mask[i], c.inner_steps, c.batch_size)
-        theta = unravel(pfedhn.generate_flat(state.shared["hypernetwork"], state.local["embed"][i]))
+        theta = unravel(pfedhn.generate_flat(state.server["hypernetwork"], state.clients["embed"][i]))
         trained, _ = inner(theta, idx, ok, train.x[i], train.y[i])
         delta = np.asarray(ravel_pytree(theta)[0] - ravel_pytree(trained)[0], np.float64)
         assert float(metrics["delta_norm"][i]) == pytest.approx(np.linalg.norm(delta), rel=1e-4)
@@ -320,8 +320,8 @@ def test_pfedhn_server_step_is_jacobian_transpose_times_delta(fed):
             want["hidden"][k]["w"] -= c.server_lr * np.outer(acts[k], g)
             want["hidden"][k]["b"] -= c.server_lr * g
             g = psi["hidden"][k]["w"] @ g
-        np.testing.assert_allclose(np.asarray(new.local["embed"][i]), e - c.server_lr * g, rtol=1e-4, atol=1e-6)
-    assert_trees_close(new.shared["hypernetwork"], want, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(new.clients["embed"][i]), e - c.server_lr * g, rtol=1e-4, atol=1e-6)
+    assert_trees_close(new.server["hypernetwork"], want, rtol=1e-4, atol=1e-6)
 
 
 def test_pfedhn_server_momentum_is_pytorch_heavy_ball(fed):
@@ -331,7 +331,7 @@ def test_pfedhn_server_momentum_is_pytorch_heavy_ball(fed):
     plain, heavy = start(pfedhn, fed), start(pfedhn, fed, server_momentum=0.9)
     p1, _ = pfedhn.round(plain, train)
     h1, _ = pfedhn.round(heavy, train)
-    part = lambda st: {"psi": st.shared["hypernetwork"], "embed": st.local["embed"]}
+    part = lambda st: {"psi": st.server["hypernetwork"], "embed": st.clients["embed"]}
     assert_trees_close(part(h1), part(p1), rtol=1e-6, atol=1e-7)
     p2, _ = pfedhn.round(p1, train)  # same point, same keys: the same round-2 gradient as the momentum run
     h2, _ = pfedhn.round(h1, train)

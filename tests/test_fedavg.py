@@ -49,13 +49,13 @@ def test_fedavg_round_is_weighted_mean_of_local_training():
     locals_, sizes = [], []
     for i in range(3):
         client = {"x": train.x[i], "y": train.y[i], "mask": train.mask[i], "key": jax.random.fold_in(round_key, i)}
-        out = fedavg._client_update(client, state.params, model, cfg)
-        locals_.append(out["params"])
+        out = fedavg.ALGORITHM.pieces(model, cfg).local_update(state.server, {**client, "client": {}})
+        locals_.append(out["mean"])
         sizes.append(float(out["n"]))
     assert sizes == [40.0, 25.0, 40.0]
     w = np.array(sizes) / sum(sizes)
     expected = jax.tree.map(lambda *leaves: sum(wi * leaf for wi, leaf in zip(w, leaves)), *locals_)
-    for got, want in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(expected)):
+    for got, want in zip(jax.tree.leaves(new_state.server), jax.tree.leaves(expected)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
     assert int(new_state.round) == 1
     np.testing.assert_array_equal(np.asarray(metrics["n"]), sizes)

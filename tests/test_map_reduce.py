@@ -72,7 +72,7 @@ def _round_temp_bytes(algorithm: str, strategy: str, num_clients: int) -> tuple[
         cfg = algo.Config(execution=execution, batch_size=4, local_epochs=1)
     state = algo.init(jax.random.PRNGKey(0), model, x[0], num_clients, cfg)
     # IFCA's and FedEM's shared state is k models; one of them is the unit of growth.
-    global_model = {"fedavg": lambda: state.params, "fedpac": lambda: state.server["body"],
+    global_model = {"fedavg": lambda: state.server, "fedpac": lambda: state.server["body"],
                     "ifca": lambda: base.pick(state.server, 0), "fedem": lambda: base.pick(state.server, 0),
                     "pfedhn": lambda: model.init(jax.random.PRNGKey(0), x[0]),  # the generated model
                     }.get(algorithm, lambda: state.server)()

@@ -58,7 +58,7 @@ def child(args) -> None:
         "devices": jax.device_count(), "strategy": execution.resolve(),
         "inner": execution.resolve_inner() if execution.resolve() == "sharded" else None,
         "round_s": times, "first_round_s": first,
-        "checksum": float(sum(float(jnp.sum(leaf)) for leaf in jax.tree.leaves(state.params))),
+        "checksum": float(sum(float(jnp.sum(leaf)) for leaf in jax.tree.leaves(state.server))),
     }), flush=True)
 
 

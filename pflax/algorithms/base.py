@@ -1,20 +1,10 @@
-"""Shared machinery for the baselines: one state layout, local SGD, round bookkeeping, evaluation.
+"""The local-training pieces every algorithm shares: the common SGD setting, training all or some
+parts of a model, losses, input checks and the helpers of multi-model (clustered) methods.
 
-Every baseline keeps two trees:
-
-* ``shared``: what the server holds and sends to every participant (for example FedPer's body,
-  Ditto's global model, SCAFFOLD's model and server control variate);
-* ``local``: what each client keeps for itself, with a leading axis over all ``N`` clients (FedPer's
-  heads, Ditto's personal models, SCAFFOLD's client control variates). Non-participants' entries are
-  never touched by a round.
-
-A module then only says what one client does (a pure function mapped with
-:func:`pflax.core.execution.map_clients`) and how the server combines the results. Where the server
-takes a sample-size weighted mean, :func:`run_clients_and_average` (and :func:`split_round`, built on
-it) accumulates the mean while the clients run, so the participants' models are never stacked. The
-result equals stacking then averaging up to float round-off (summation order). The common SGD
-setting is FedPAC's (spec D): PyTorch SGD, lr 0.01, momentum 0.5, coupled weight decay 5e-4,
-batch 50, E = 5 local epochs, with a fresh optimiser for every phase of every round.
+The common setting is FedPAC's (Xu et al., ICLR 2023, Section 5.1, and the official
+``JianXu95/FedPAC`` code): PyTorch SGD, lr 0.01, momentum 0.5, coupled weight decay 5e-4, batch 50,
+E = 5 local epochs, with a fresh optimiser for every phase of every round. The state layout and the
+round driver are in :mod:`pflax.core.federated`.
 """
 from __future__ import annotations
 
@@ -25,10 +15,9 @@ import jax
 import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from ..core import aggregate
-from ..core.execution import Execution, map_clients, map_clients_and_average
+from ..core.execution import Execution
 from ..core.losses import cross_entropy, masked_mean
 from ..core.optim import freeze, pytorch_sgd
 from ..core.split import part_mask
@@ -37,13 +26,10 @@ from ..data.clients import ClientData
 from ..data.sources import DataError
 from ..metrics import masked_accuracy
 from ..models import SplitModel
-from .common import check_batch, guard_finite, init_heads, sample_clients, stack_heads_at  # noqa: F401 (sample_clients is part of the API)
+from .common import check_batch
 
 Array = jax.Array
 PyTree = Any
-
-# Separate PRNG stream for evaluation-time fine-tuning, so evaluating never changes training randomness.
-FINETUNE_STREAM = 0x5EED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,83 +59,6 @@ def require(condition: bool, message: str) -> None:
     """Config validation helper: raise ``ValueError(message)`` unless ``condition``."""
     if not condition:
         raise ValueError(message)
-
-
-@struct.dataclass
-class State:
-    shared: PyTree  # held by the server, broadcast to participants
-    local: PyTree  # per-client trees, leading axis = all N clients
-    round: Array  # int32 round counter
-    key: Array  # PRNG key for local training (shuffling)
-    sampling_key: Array  # separate PRNG stream for client sampling
-    num_clients: int = struct.field(pytree_node=False)
-    model: SplitModel = struct.field(pytree_node=False)
-    config: Any = struct.field(pytree_node=False)
-
-
-def init_state(
-    key: Array,
-    model: SplitModel,
-    sample_x: Array,
-    num_clients: int,
-    config: Any,
-    layout: Callable[[PyTree], tuple[PyTree, PyTree]],
-) -> State:
-    """One random model, split by ``layout(params) -> (shared, local_of_one_client)``; every client
-    starts from the same local copy. The key split matches FedAvg's, so equal seeds give equal models."""
-    if num_clients < 1:
-        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
-    k_model, k_train, k_sample = jax.random.split(key, 3)
-    shared, local = layout(model.init(k_model, sample_x[:1]))
-    return State(
-        shared=shared,
-        local=init_heads(local, num_clients),
-        round=jnp.zeros((), jnp.int32),
-        key=k_train,
-        sampling_key=k_sample,
-        num_clients=num_clients,
-        model=model,
-        config=config,
-    )
-
-
-def take(tree: PyTree, ids: Array) -> PyTree:
-    return jax.tree.map(lambda a: a[ids], tree)
-
-
-def client_inputs(state: State, batch: ClientData) -> dict:
-    """Per-participant inputs: data, its ``local`` tree and a training key ``fold_in(round key, id)``."""
-    if batch.x.shape[0] == 0:
-        raise DataError("batch: no clients in the batch (zero clients sampled)")
-    round_key = jax.random.fold_in(state.key, state.round)
-    return {
-        "x": batch.x,
-        "y": batch.y,
-        "mask": batch.mask,
-        "local": take(state.local, batch.client_ids),
-        "key": jax.vmap(lambda i: jax.random.fold_in(round_key, i))(batch.client_ids),
-    }
-
-
-def run_clients(state: State, per_client: dict, fn: Callable[[dict, PyTree], dict], shared: PyTree = None) -> dict:
-    """``fn(client, shared)`` for every participant, with the config's execution strategy."""
-    shared = state.shared if shared is None else shared
-    return map_clients(fn, per_client, shared, state.config.execution)
-
-
-def run_clients_and_average(state: State, per_client: dict, fn: Callable[[dict, PyTree], dict], average: str,
-                            fallback: PyTree, shared: PyTree = None, weights: Array | None = None) -> tuple[dict, PyTree]:
-    """Run ``fn`` for every participant and average one of its outputs on the fly.
-
-    Returns ``(fn's other outputs, stacked; the weighted mean of fn's output[average])``, the mean
-    being ``fallback`` when every weight is zero. ``weights [m]`` must be known before training;
-    the default is the sample sizes. The averaged output is added to a running sum as each client
-    finishes (:func:`pflax.core.execution.map_clients_and_average`), so the participants' models are
-    never stacked.
-    """
-    shared = state.shared if shared is None else shared
-    weights = per_client["mask"].sum(1) if weights is None else weights
-    return map_clients_and_average(fn, per_client, shared, state.config.execution, average, weights, fallback)
 
 
 def num_samples(client: dict) -> Array:
@@ -203,53 +112,12 @@ def train_parts(params: PyTree, parts: tuple[str, ...], loss: Callable, client: 
     return train(params, loss, client, cfg, key=key, epochs=epochs, optimizer=opt)
 
 
-def finish_round(state: State, batch: ClientData, shared: PyTree, new_local: PyTree | None, metrics: dict) -> tuple[State, dict]:
-    """Write participants' ``local`` trees, advance the round, and refuse non-finite updates."""
-    local = state.local if new_local is None else stack_heads_at(state.local, batch.client_ids, new_local)
-    candidate = state.replace(shared=shared, local=local, round=state.round + 1)
-    new_state, finite = guard_finite(state, candidate)
-    return new_state, {"client_ids": batch.client_ids, **metrics, "nonfinite": ~finite}
-
-
 def accuracy_of(model: SplitModel, params: PyTree, client: dict, prefix: str = "") -> Array:
     logits = batched_apply(lambda xb: model.apply(params, xb), client[prefix + "x"])
     return masked_accuracy(logits, client[prefix + "y"], client[prefix + "mask"])
 
 
-def evaluate_personal(state: State, test: ClientData, personal: Callable[[dict, PyTree], PyTree]) -> dict:
-    """Accuracy of each client's personalized model ``personal(client, shared)`` on its own test data."""
-    if test.x.shape[0] == 0:
-        raise DataError("test: no clients in the batch")
-    per_client = {"x": test.x, "y": test.y, "mask": test.mask, "local": take(state.local, test.client_ids)}
-    acc = run_clients(state, per_client, lambda c, s: accuracy_of(state.model, personal(c, s), c))
-    return {"client_ids": test.client_ids, "accuracy": acc, "n": test.mask.sum(1)}
-
-
-def evaluate_finetuned(state: State, test: ClientData, train_data: ClientData,
-                       personal: Callable[[dict, PyTree], PyTree], parts: tuple[str, ...], epochs: int) -> dict:
-    """Accuracy after fine-tuning ``parts`` of ``personal(client, shared)`` for ``epochs`` epochs on the
-    client's training data (a fresh SGD with the config's setting). Nothing is written to the state;
-    the fine-tuning keys come from a stream of their own, per round and client."""
-    if test.x.shape[0] == 0:
-        raise DataError("test: no clients in the batch")
-    cfg, model = state.config, state.model
-    ft_key = jax.random.fold_in(jax.random.fold_in(state.key, FINETUNE_STREAM), state.round)
-    per_client = {
-        "x": train_data.x, "y": train_data.y, "mask": train_data.mask,
-        "test_x": test.x, "test_y": test.y, "test_mask": test.mask,
-        "local": take(state.local, test.client_ids),
-        "key": jax.vmap(lambda i: jax.random.fold_in(ft_key, i))(test.client_ids),
-    }
-
-    def one(c, shared):
-        tuned, _ = train_parts(personal(c, shared), parts, ce_loss(model), c, cfg, epochs=epochs)
-        return accuracy_of(model, tuned, c, prefix="test_")
-
-    acc = run_clients(state, per_client, one)
-    return {"client_ids": test.client_ids, "accuracy": acc, "n": test.mask.sum(1)}
-
-
-def check_inputs(state: State, batch: ClientData, test: ClientData | None = None) -> None:
+def check_inputs(state, batch: ClientData, test: ClientData | None = None) -> None:
     """Eager, readable validation of a round's (and optionally a test set's) inputs. ``test`` rows must
     be the same clients as ``batch``'s, in the same order: ``round(state, batch, test)`` and the
     evaluations that personalise on training data pair them row by row."""
@@ -262,50 +130,6 @@ def check_inputs(state: State, batch: ClientData, test: ClientData | None = None
 def check_same_clients(a: ClientData, b: ClientData) -> None:
     if not np.array_equal(np.asarray(a.client_ids), np.asarray(b.client_ids)):
         raise DataError("train and test rows must be the same clients, in the same order")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Partial model sharing (Local-only, FedAvg-FT, FedPer, LG-FedAvg, FedRep, FedBABU): the model's parts
-# ("body", "head") are either shared (in ``state.shared``) or local (in ``state.local``); a client
-# trains the assembled model, and the server averages the shared parts named in ``averaged``.
-
-def split_layout(shared_parts: tuple[str, ...]) -> Callable[[PyTree], tuple[PyTree, PyTree]]:
-    """``layout`` for :func:`init_state`: the named parts are shared, the others local."""
-    return lambda params: (
-        {p: v for p, v in params.items() if p in shared_parts},
-        {p: v for p, v in params.items() if p not in shared_parts},
-    )
-
-
-def assembled(client: dict, shared: PyTree) -> PyTree:
-    """A client's full model: the server's shared parts plus its own local parts."""
-    return {**shared, **client["local"]}
-
-
-TrainFn = Callable[[PyTree, dict, SplitModel, Any], tuple[PyTree, Array]]
-
-
-def split_round(state: State, batch: ClientData, train_fn: TrainFn, averaged: tuple[str, ...]) -> tuple[State, dict]:
-    """One round of partial sharing: every participant trains its assembled model with ``train_fn``;
-    the server replaces each part in ``averaged`` by the sample-size weighted mean over participants
-    (every client then receives it); local parts are written back for participants only. Shared
-    parts not in ``averaged`` (FedBABU's frozen head) are left exactly as they are."""
-    model, cfg = state.model, state.config
-
-    def client_update(c, shared):
-        params, loss = train_fn(assembled(c, shared), c, model, cfg)
-        return {"averaged": {p: params[p] for p in averaged}, "local": {p: params[p] for p in state.local},
-                "n": num_samples(c), "loss": loss}
-
-    fallback = {p: state.shared[p] for p in averaged}
-    out, means = run_clients_and_average(state, client_inputs(state, batch), client_update, "averaged", fallback)
-    shared = {**state.shared, **means}
-    return finish_round(state, batch, shared, out["local"], {"n": out["n"], "loss": out["loss"]})
-
-
-def train_full(params: PyTree, client: dict, model: SplitModel, cfg: SGDConfig) -> tuple[PyTree, Array]:
-    """``local_epochs`` epochs of joint body+head SGD with cross-entropy (fresh optimiser)."""
-    return train(params, ce_loss(model), client, cfg)
 
 
 # ---------------------------------------------------------------------------------------------------

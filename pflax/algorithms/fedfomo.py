@@ -250,5 +250,6 @@ check_inputs = base.check_inputs
 
 ALGORITHM = federated.Algorithm(
     name="fedfomo", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
-    check_inputs=check_inputs, summary="FedFomo: each client combines the downloaded models that lower its validation loss",
+    check_inputs=check_inputs,
+    summary="FedFomo: each client combines the downloaded models that lower its validation loss",
 )

@@ -28,6 +28,7 @@ class Config(sharing.Config):
     """FedPer's sharing, trained head first: ``head_epochs`` head epochs, then ``local_epochs`` body epochs."""
 
     shared: tuple = ("body",)
+    alternating: bool = True
     head_epochs: int = 10
     local_epochs: int = 1
 

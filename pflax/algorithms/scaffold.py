@@ -140,7 +140,8 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
 
 def _evaluate(state: State, test, train=None) -> dict:
     model = state.model
-    return federated.evaluate_clients(state, test, train, lambda c, server: base.accuracy_of(model, server["params"], c))
+    return federated.evaluate_clients(state, test, train,
+                                      lambda c, server: base.accuracy_of(model, server["params"], c))
 
 
 evaluate = jax.jit(_evaluate)

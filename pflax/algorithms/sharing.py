@@ -9,8 +9,8 @@ A split model's parameters are named parts (``{"body", "head"}``). The rule says
   participants' trained copies (default: all of them; FedBABU keeps its random head fixed);
 * ``trained``: the parts local SGD updates (FedBABU: the body only; the frozen parts get neither
   momentum nor weight decay, as when PyTorch leaves them out of the optimiser);
-* ``head_epochs``: FedRep's alternating schedule, ``head_epochs`` epochs of the head alone on the
-  received body, then ``local_epochs`` epochs of the body with the new head frozen;
+* ``alternating``: FedRep's schedule, ``head_epochs`` epochs of the head alone on the received body,
+  then ``local_epochs`` epochs of the body with the new head frozen (either may be 0);
 * ``prox_mu``: FedProx's ``(mu / 2) ||w - w_global||^2`` added to the local loss;
 * ``finetune_epochs``: evaluation personalises by fine-tuning ``finetune_parts`` of the client's model
   on its own training split (FedAvg-FT, FedBABU); nothing is written to the state;
@@ -66,6 +66,7 @@ class Config(base.SGDConfig):
     shared: tuple = ("body", "head")
     averaged: tuple | None = None  # None: every shared part
     trained: tuple = ("body", "head")
+    alternating: bool = False
     head_epochs: int = 0
     prox_mu: float = 0.0
     finetune_epochs: int = 0
@@ -84,8 +85,8 @@ class Config(base.SGDConfig):
                      f"averaged parts {self.averaged} must be shared ({self.shared})")
         base.require(len(self.trained) > 0, "trained must name at least one part")
         base.require(self.head_epochs >= 0, f"head_epochs must be >= 0, got {self.head_epochs}")
-        base.require(self.head_epochs == 0 or set(self.trained) == set(PARTS),
-                     "head_epochs (FedRep's schedule) trains both parts")
+        base.require(not self.alternating or set(self.trained) == set(PARTS),
+                     "the alternating schedule (FedRep) trains both parts")
         base.require(self.prox_mu >= 0, f"prox_mu must be >= 0, got {self.prox_mu}")
         base.require(self.finetune_epochs >= 0, f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
         base.require(len(self.finetune_parts) > 0, "finetune_parts must name at least one part")
@@ -127,7 +128,7 @@ def local_train(params: PyTree, participant: dict, model, cfg: Config) -> tuple[
         def loss(p, batch, w):
             return ce(p, batch, w) + cfg.prox_mu * base.proximity(p, anchor)
 
-    if cfg.head_epochs > 0:  # FedRep: head first on the received body, then the body
+    if cfg.alternating:  # FedRep: head first on the received body, then the body
         key_head, key_body = jax.random.split(participant["key"])
         params, _ = base.train_parts(params, ("head",), loss, participant, cfg, key=key_head, epochs=cfg.head_epochs)
         return base.train_parts(params, ("body",), loss, participant, cfg, key=key_body)

@@ -6,8 +6,8 @@ train=None) -> {"client_ids", "accuracy", "n", ...}``. Its round is three pure f
 (:class:`RoundPieces`):
 
 1. ``broadcast(state, client_ids) -> (message, personal)``: what the server sends. ``message`` is the
-   same for every participant; ``personal`` has a leading participant axis (FedFomo's downloads,
-   pFedHN's generated models) or is ``()``.
+   same for every participant; ``personal`` has a leading participant axis (FedFomo's downloaded
+   models) or is ``()``.
 2. ``local_update(message, participant) -> upload``: what one participant computes from the message,
    its data and its own persistent row of ``state.clients``. Reserved keys of the upload:
    ``"client"`` (its new persistent row), ``"mean"`` (a tree the server averages with the round's

@@ -255,15 +255,15 @@ def _server_update(state: State, batch: ClientData, uploads: dict, reduced: dict
 
 
 def pieces_for(model: SplitModel, cfg: Config) -> federated.RoundPieces:
-    """FedPAC's round as :class:`pflax.core.federated.RoundPieces`: the participants score their test
-    split before and after training inside ``local_update`` (``test_in_client``), and the round runs no
-    evaluation pass of its own (``evaluate_after=False``)."""
+    """FedPAC's round as :class:`pflax.core.federated.RoundPieces`. Given test splits, the participants
+    score them before and after local training inside ``local_update`` (``acc_before``, ``acc_after``:
+    the official code's ``acc0``/``acc1``), and ``accuracy`` is every algorithm's metric: the new
+    state's personalized models (aggregated body + combined head) on the same splits."""
     return federated.RoundPieces(
         broadcast=_broadcast,
         local_update=lambda message, participant: _local_update(message, participant, model, cfg),
         server_update=lambda state, batch, uploads, reduced: _server_update(state, batch, uploads, reduced, cfg),
         test_in_client=True,
-        evaluate_after=False,
     )
 
 
