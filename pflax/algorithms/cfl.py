@@ -195,6 +195,5 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
 
 
 ALGORITHM = clustered.algorithm("cfl", Config, init, pieces_for, clustered.assigned_score(lambda s: s["models"]),
-                                "CFL: recursive bi-partitioning of clients by cosine similarity of updates",
-                                "each client's cluster model")
+                                "CFL: recursive bi-partitioning of clients by cosine similarity of updates")
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

@@ -121,37 +121,9 @@ def assigned_score(models_of: Callable[[PyTree], PyTree] = lambda server: server
     return score
 
 
-def algorithm(name: str, Config: type, init: Callable, pieces_for: Callable, score: Callable, summary: str,
-              evaluated: str) -> federated.Algorithm:
-    """The registry entry of a clustered method: its jitted ``round`` (:func:`pflax.core.federated.run_round`
-    over ``pieces_for(model, config)``) and ``evaluate`` (``score(client, server, model, config)`` for every
-    client through :func:`pflax.core.federated.evaluate_clients`).
-
-    Args:
-      name: registry name.
-      Config: the method's config class.
-      init: ``(key, model, sample_x, num_clients, config) -> State``.
-      pieces_for: ``(model, config) -> RoundPieces``.
-      score: ``(client, server, model, config) -> accuracy`` of one client.
-      summary: one line for ``pflax list``.
-      evaluated: what ``evaluate`` scores, for the docstrings.
-    Returns:
-      a :class:`pflax.core.federated.Algorithm`.
-    """
-
-    def _evaluate(state: State, test, train=None) -> dict:
-        model, cfg = state.model, state.config
-        return federated.evaluate_clients(state, test, train, lambda c, server: score(c, server, model, cfg))
-
-    def _round(state: State, batch, test=None):
-        return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
-
-    evaluate = jax.jit(_evaluate)
-    evaluate.__doc__ = (f"``evaluate(state, test, train=None) -> {{\"client_ids\", \"accuracy\", \"n\"}}``: {evaluated} "
-                        "on the client's own test split (``train`` is not needed). Jit-compiled.")
-    round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
-    round.__doc__ = (f"``round(state, batch, test=None) -> (state, metrics)``: one {name} round for the participants "
-                     "in ``batch``; with ``test`` (same clients), ``metrics[\"accuracy\"]`` is ``evaluate`` of the new "
-                     "state. Jit-compiled.")
-    return federated.Algorithm(name=name, Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
-                               check_inputs=base.check_inputs, summary=summary)
+def algorithm(name: str, Config: type, init: Callable, pieces_for: Callable, score: Callable,
+              summary: str) -> federated.Algorithm:
+    """The registry entry of a clustered method (:func:`pflax.core.federated.build`): ``round`` runs
+    ``pieces_for(model, config)`` and ``evaluate`` scores every client with ``score(client, server,
+    model, config)``; ``check_inputs`` is the common one."""
+    return federated.build(name, Config, init, pieces_for, score, summary, base.check_inputs)

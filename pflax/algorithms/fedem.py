@@ -149,6 +149,5 @@ def _score(c: dict, components, model, cfg: Config):
 
 
 ALGORITHM = clustered.algorithm("fedem", Config, init, pieces_for, _score,
-                                "FedEM: M shared components, per-client mixture weights learnt by EM",
-                                "the client's mixture ``sum_m pi_m softmax(h_m)``")
+                                "FedEM: M shared components, per-client mixture weights learnt by EM")
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

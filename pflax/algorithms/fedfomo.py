@@ -227,29 +227,6 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     )
 
 
-def _evaluate(state: State, test, train=None) -> dict:
-    model = state.model
-    return federated.evaluate_clients(state, test, train, lambda c, server: base.accuracy_of(model, c["client"], c))
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: each client's own
-model on its own test split (``train`` is not used)."""
-
-
-def _round(state: State, batch, test=None):
-    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
-
-
-round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
-round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one FedFomo round for the participants
-in ``batch``; per-client ``n``, ``loss``, ``downloaded`` ``[m, M]``, ``download_valid`` and ``weights``, and
-with ``test`` (same clients) ``accuracy`` of the new state. Jit-compiled."""
-
-check_inputs = base.check_inputs
-
-ALGORITHM = federated.Algorithm(
-    name="fedfomo", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
-    check_inputs=check_inputs,
-    summary="FedFomo: each client combines the downloaded models that lower its validation loss",
-)
+ALGORITHM = federated.build('fedfomo', Config, init, pieces_for, lambda c, server, model, cfg: base.accuracy_of(model, c["client"], c), "FedFomo: each client combines the downloaded models that lower its validation loss",
+                            base.check_inputs)
+round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

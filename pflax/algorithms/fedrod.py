@@ -159,28 +159,6 @@ def _score(c: dict, server, model) -> jax.Array:
     return masked_accuracy(logits, c["y"], c["mask"])
 
 
-def _evaluate(state: State, test, train=None) -> dict:
-    model = state.model
-    return federated.evaluate_clients(state, test, train, lambda c, server: _score(c, server, model))
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: the personal path
-``g(z) + p_i(z)`` on each client's own test split (``train`` is not used)."""
-
-
-def _round(state: State, batch, test=None):
-    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
-
-
-round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
-round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one Fed-RoD round for the participants
-in ``batch``; per-client ``n`` and ``loss``, and with ``test`` (same clients) ``accuracy`` of the new state.
-Jit-compiled."""
-
-check_inputs = base.check_inputs
-
-ALGORITHM = federated.Algorithm(
-    name="fedrod", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
-    check_inputs=check_inputs, summary="Fed-RoD: balanced-softmax generic model plus a personal head",
-)
+ALGORITHM = federated.build('fedrod', Config, init, pieces_for, lambda c, server, model, cfg: _score(c, server, model), "Fed-RoD: balanced-softmax generic model plus a personal head",
+                            base.check_inputs)
+round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

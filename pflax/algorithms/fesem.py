@@ -132,6 +132,5 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
 
 
 ALGORITHM = clustered.algorithm("fesem", Config, init, pieces_for, clustered.assigned_score(lambda s: s["centers"]),
-                                "FeSEM: k-means over client models (K centres, farthest-point start)",
-                                "the centre of each client's cluster")
+                                "FeSEM: k-means over client models (K centres, farthest-point start)")
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

@@ -110,6 +110,5 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
 
 
 ALGORITHM = clustered.algorithm("ifca", Config, init, pieces_for, clustered.assigned_score(),
-                                "IFCA: k cluster models, each client trains the one with the lowest loss",
-                                "each client's chosen cluster model")
+                                "IFCA: k cluster models, each client trains the one with the lowest loss")
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

@@ -175,31 +175,6 @@ def _score(c: dict, w, model, cfg: Config) -> jax.Array:
     return base.accuracy_of(model, adapted, c)
 
 
-def _evaluate(state: State, test, train=None) -> dict:
-    model, cfg = state.model, state.config
-    return federated.evaluate_clients(state, test, train, lambda c, w: _score(c, w, model, cfg), needs_train=True,
-                                      what="Per-FedAvg")
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = """``evaluate(state, test, train) -> {"client_ids", "accuracy", "n"}``: accuracy on each
-client's test split of the global model after one adaptation step (lr alpha) on a minibatch of that
-client's ``train`` split (required: the same clients, same rows)."""
-
-
-def _round(state: State, batch, test=None):
-    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
-
-
-round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
-round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one Per-FedAvg round for the
-participants in ``batch``; per-participant ``n`` and ``loss``. With ``test`` (same clients as ``batch``),
-``metrics["accuracy"]`` is the accuracy after one adaptation step on ``batch``. Jit-compiled."""
-
-check_inputs = base.check_inputs
-
-ALGORITHM = federated.Algorithm(
-    name="perfedavg", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces_for,
-    check_inputs=check_inputs, needs_train=True,
-    summary="Per-FedAvg: MAML-style FedAvg, personalised by one adaptation step at evaluation",
-)
+ALGORITHM = federated.build('perfedavg', Config, init, pieces_for, _score, "Per-FedAvg: MAML-style FedAvg, personalised by one adaptation step at evaluation",
+                            base.check_inputs, needs_train=True)
+round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

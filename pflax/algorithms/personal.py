@@ -98,20 +98,7 @@ def algorithm(name: str, Config: type, local_update: LocalUpdate, summary: str,
 
         return federated.RoundPieces(broadcast=federated.no_broadcast, local_update=local, server_update=server_update)
 
-    def _evaluate(state: State, test, train=None) -> dict:
-        model, cfg = state.model, state.config
-        return federated.evaluate_clients(
-            state, test, train, lambda c, w: base.accuracy_of(model, personalized(c["client"], w, cfg), c))
+    def score(c, w, model, cfg):
+        return base.accuracy_of(model, personalized(c["client"], w, cfg), c)
 
-    def _round(state: State, batch, test=None):
-        return federated.run_round(pieces(state.model, state.config), state, batch, test, evaluate=_evaluate)
-
-    evaluate = jax.jit(_evaluate)
-    evaluate.__doc__ = (f"{name}'s ``evaluate(state, test, train=None) -> {{client_ids, accuracy, n}}``: each "
-                        "client's personalized model on its own test split (``train`` is not used).")
-    round_ = jax.jit(_round)
-    round_.__doc__ = (f"{name}'s ``round(state, batch, test=None) -> (state, metrics)``: one round for the "
-                      "participants in ``batch``; per-participant metrics; with ``test`` (same clients), "
-                      "``metrics['accuracy']`` is ``evaluate`` of the new state. Jit-compiled.")
-    return federated.Algorithm(name=name, Config=Config, init=init, round=round_, evaluate=evaluate, pieces=pieces,
-                               check_inputs=base.check_inputs, summary=summary)
+    return federated.build(name, Config, init, pieces, score, summary, base.check_inputs)

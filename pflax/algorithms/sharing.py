@@ -121,12 +121,13 @@ def assembled(client: dict, server: PyTree) -> PyTree:
 def local_train(params: PyTree, participant: dict, model, cfg: Config) -> tuple[PyTree, Array]:
     """The rule's local training of the assembled model (one participant)."""
     ce = base.ce_loss(model)
-    loss = ce
     if cfg.prox_mu > 0:
         anchor = params
 
         def loss(p, batch, w):
             return ce(p, batch, w) + cfg.prox_mu * base.proximity(p, anchor)
+    else:
+        loss = ce
 
     if cfg.alternating:  # FedRep: head first on the received body, then the body
         key_head, key_body = jax.random.split(participant["key"])
@@ -197,28 +198,10 @@ def _score(c: dict, server: PyTree, model, cfg: Config) -> Array:
     return base.accuracy_of(model, params, c)
 
 
-def _evaluate(state: State, test, train=None) -> dict:
-    cfg, model = state.config, state.model
-    return federated.evaluate_clients(state, test, train, lambda c, server: _score(c, server, model, cfg),
-                                      needs_train=cfg.needs_train, what=type(cfg).__module__)
-
-
-evaluate = jax.jit(_evaluate)
-evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: each client's
-personalized model (shared parts + its own) on its own test split; with fine-tuning or kNN, ``train``
-(the same clients' training splits, same rows) is required."""
-
-
-def _round(state: State, batch, test=None):
-    return federated.run_round(pieces_for(state.model, state.config), state, batch, test, evaluate=_evaluate)
-
-
-round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
-round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one round of the sharing rule for
-the participants in ``batch``; with ``test`` (same clients), ``metrics["accuracy"]`` is ``evaluate``
-of the new state. Jit-compiled."""
-
-
+# One generic round and evaluation serve every preset; a preset is a Config class.
+_RULE = federated.build("sharing", Config, init, pieces_for, _score, "the partial-sharing rule", base.check_inputs,
+                        needs_train=lambda cfg: cfg.needs_train)
+round, evaluate = _RULE.round, _RULE.evaluate  # noqa: A001 - the library's verb is `round`
 check_inputs = base.check_inputs
 
 

@@ -362,3 +362,44 @@ class Algorithm:
             names = list(inspect.signature(getattr(self, verb)).parameters)
             if names != params:
                 raise TypeError(f"{self.name}.{verb} must take {params}, takes {names}")
+
+
+def build(name: str, Config: type, init: Callable, pieces: Callable[[Any, Any], RoundPieces],
+          score: Callable[[dict, PyTree, Any, Any], Array], summary: str, check_inputs: Callable,
+          needs_train: bool | Callable[[Any], bool] = False) -> Algorithm:
+    """An :class:`Algorithm` whose ``round`` and ``evaluate`` are the generic ones, jitted: ``round`` is
+    :func:`run_round` over ``pieces(model, config)`` and ``evaluate`` is :func:`evaluate_clients` with
+    ``score(client, server, model, config)``.
+
+    Args:
+      name, Config, init, pieces, summary, check_inputs: as :class:`Algorithm`'s fields.
+      score: one client's accuracy from its evaluation inputs (see :func:`evaluate_clients`).
+      needs_train: whether evaluation personalises on training data, or a function of the config.
+
+    Returns:
+      the registry entry.
+
+    >>> import jax.numpy as jnp
+    >>> algo = build("demo", dict, lambda key, model, sample_x, num_clients, config: None, None,
+    ...              lambda c, server, model, cfg: jnp.float32(1.0), "a demo", check_inputs=print)
+    >>> algo.name, list(inspect.signature(algo.round).parameters)
+    ('demo', ['state', 'batch', 'test'])
+    """
+    def requires_train(cfg) -> bool:
+        return needs_train(cfg) if callable(needs_train) else needs_train
+
+    def evaluate(state: State, test, train=None) -> dict:
+        model, cfg = state.model, state.config
+        return evaluate_clients(state, test, train, lambda c, server: score(c, server, model, cfg),
+                                needs_train=requires_train(cfg), what=name)
+
+    def round(state: State, batch, test=None):  # noqa: A001 - the library's verb is `round`
+        return run_round(pieces(state.model, state.config), state, batch, test, evaluate=evaluate)
+
+    evaluate.__doc__ = (f"{name}: ``evaluate(state, test, train=None) -> {{client_ids, accuracy, n}}``, each client's "
+                        "personalized model on its own test split. Jit-compiled.")
+    round.__doc__ = (f"{name}: ``round(state, batch, test=None) -> (state, metrics)`` for the participants in "
+                     "``batch``; with ``test`` (same clients), ``metrics['accuracy']`` is ``evaluate`` of the new "
+                     "state. Jit-compiled.")
+    return Algorithm(name=name, Config=Config, init=init, round=jax.jit(round), evaluate=jax.jit(evaluate),
+                     pieces=pieces, check_inputs=check_inputs, needs_train=requires_train(Config()), summary=summary)
