@@ -190,7 +190,7 @@ def test_diverging_round_keeps_the_state_and_reports_nonfinite():
 def test_all_finite_finds_any_nan_or_inf_in_any_leaf(monkeypatch, group):
     from pflax.core import federated
 
-    monkeypatch.setattr(common, "_FINITE_CHECK_GROUP", group)
+    monkeypatch.setattr(federated, "_FINITE_CHECK_GROUP", group)
     tree = {
         "a": np.zeros((3, 4), np.float32), "b": np.ones(5, np.float32), "n": np.arange(4),  # ints are skipped
         "big64": np.full(3, 1e300),  # finite in float64, would overflow if cast to float32
