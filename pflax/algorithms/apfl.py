@@ -18,13 +18,9 @@ PyTorch SGD per round (FedPAC's common setting; per-leaf momentum and weight dec
 as two optimisers) on the same minibatches. Every ``v_i`` starts as the initial global model.
 Evaluation: the mixed model on each client's own test split.
 
->>> import jax
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
->>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
+>>> import jax, pflax
+>>> train, test = pflax.data.toy_federation()
+>>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
 >>> state, metrics = round(state, train, test)
 >>> evaluate(state, test)["accuracy"].shape
 (2,)

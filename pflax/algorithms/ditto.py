@@ -19,12 +19,10 @@ Appendix B.3, searched over {0.1, 1, 10}); ``personal_epochs`` defaults to E; bo
 common SGD setting (lr 0.01, momentum 0.5, weight decay 5e-4, batch 50; Appendix B.3); the two phases
 use independent shuffling keys. Every ``v_i`` starts as the same initial model as ``w``.
 
->>> import jax
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1, personal_epochs=1))
+>>> import jax, pflax
+>>> train, _ = pflax.data.toy_federation()
+>>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
+...              Config(local_epochs=1, personal_epochs=1))
 >>> state, metrics = round(state, train)
 >>> sorted(metrics)
 ['client_ids', 'loss', 'n', 'nonfinite', 'personal_loss']

@@ -7,31 +7,18 @@ sample-size weighted mean of the participants' models. Evaluation: the global mo
 client's test split. FedAvg is the sharing rule with everything shared and averaged
 (:mod:`pflax.algorithms.sharing`).
 
->>> import jax
->>> from pflax.algorithms import fedavg
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> state = fedavg.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedavg.Config(local_epochs=1))
->>> state, metrics = fedavg.round(state, train)
+>>> import jax, pflax
+>>> train, _ = pflax.data.toy_federation()
+>>> state = pflax.fedavg.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
+...                           pflax.fedavg.Config(local_epochs=1))
+>>> state, metrics = pflax.fedavg.round(state, train)
 >>> int(state.round), metrics["loss"].shape
 (1, (2,))
 """
-from __future__ import annotations
 
-import dataclasses
-
-from ..core.federated import State, sample_clients
 from . import sharing
+from .sharing import State, sample_clients  # noqa: F401 (part of the API)
 
-__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Config(sharing.Config):
-    """FedAvg: the sharing rule's defaults (everything shared and averaged, no personalisation)."""
-
-
-ALGORITHM = sharing.preset("fedavg", Config, "FedAvg: one global model, sample-size weighted mean of local SGD")
-init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
+ALGORITHM = sharing.preset("fedavg", "FedAvg: one global model, sample-size weighted mean of local SGD")
+Config, init, round, evaluate = ALGORITHM.Config, ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate  # noqa: A001
+check_inputs = ALGORITHM.check_inputs

@@ -11,22 +11,11 @@ code's ``acc2`` is the accuracy after the 5 local epochs of the round, so the de
 (not the pre-aggregation local model) and uses a PRNG stream of its own, so evaluating never
 changes the training trajectory. ``evaluate`` therefore needs the clients' training data.
 """
-from __future__ import annotations
 
-import dataclasses
-
-from ..core.federated import State, sample_clients
 from . import sharing
+from .sharing import State, sample_clients  # noqa: F401 (part of the API)
 
-__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Config(sharing.Config):
-    """FedAvg plus ``finetune_epochs`` of whole-model fine-tuning at evaluation."""
-
-    finetune_epochs: int = 5
-
-
-ALGORITHM = sharing.preset("fedavg_ft", Config, "FedAvg-FT: FedAvg, fine-tuned on each client's data at evaluation")
-init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
+ALGORITHM = sharing.preset(
+    "fedavg_ft", "FedAvg-FT: FedAvg, fine-tuned on each client's data at evaluation", finetune_epochs=5)
+Config, init, round, evaluate = ALGORITHM.Config, ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate  # noqa: A001
+check_inputs = ALGORITHM.check_inputs

@@ -16,24 +16,12 @@ setting); ``("head",)`` gives head-only fine-tuning. ``finetune_epochs`` default
 original uses a few epochs; FedPAC does not state it). Fine-tuning uses a PRNG stream of its own, so
 evaluating never changes training. ``evaluate`` therefore needs the clients' training data.
 """
-from __future__ import annotations
 
-import dataclasses
-
-from ..core.federated import State, sample_clients
 from . import sharing
+from .sharing import State, sample_clients  # noqa: F401 (part of the API)
 
-__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Config(sharing.Config):
-    """Everything shared, only the body trained and averaged, fine-tuned at evaluation."""
-
-    averaged: tuple = ("body",)
-    trained: tuple = ("body",)
-    finetune_epochs: int = 5
-
-
-ALGORITHM = sharing.preset("fedbabu", Config, "FedBABU: body trained and averaged, random head frozen, fine-tuned at evaluation")
-init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
+ALGORITHM = sharing.preset("fedbabu",
+                           "FedBABU: body trained and averaged, random head frozen, fine-tuned at evaluation",
+                           averaged=("body",), trained=("body",), finetune_epochs=5)
+Config, init, round, evaluate = ALGORITHM.Config, ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate  # noqa: A001
+check_inputs = ALGORITHM.check_inputs

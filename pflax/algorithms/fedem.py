@@ -31,13 +31,10 @@ the local objective; this weight reduces to the paper's when a client's responsi
 ``log pi`` is floored at ``log(1e-30)`` so a vanished component never produces ``-inf - (-inf)``. A
 participant without data keeps its ``pi`` and contributes weight 0.
 
->>> import jax
->>> from pflax.algorithms import fedem
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> state = fedem.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedem.Config(local_epochs=1))
+>>> import jax, pflax
+>>> train, _ = pflax.data.toy_federation()
+>>> state = pflax.fedem.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
+...                          pflax.fedem.Config(local_epochs=1))
 >>> state.clients["pi"].tolist()[0]  # uniform at the start
 [0.3333333432674408, 0.3333333432674408, 0.3333333432674408]
 """

@@ -40,17 +40,15 @@ FL-bench's ``+ 1e-5``; the validation samples are spread over the client's data 
 20%. Round 0 has no uploaded models, so every participant only trains locally. The original paper's
 decaying epsilon-greedy exploration is available through ``epsilon`` (constant).
 
->>> import jax
->>> from pflax.algorithms import fedfomo
+>>> import jax, pflax
 >>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
 >>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
 >>> train = from_partition(ds.x_train, ds.y_train, [range(0, 30), range(30, 60), range(60, 80)])
 >>> test = from_partition(ds.x_test, ds.y_test, [range(0, 10), range(10, 20), range(20, 40)])
->>> cfg = fedfomo.Config(local_epochs=1, num_downloads=2)
->>> state = fedfomo.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 3, cfg)
->>> state, metrics = fedfomo.round(state, train, test)  # round 0: nobody has uploaded yet
->>> state, metrics = fedfomo.round(state, train, test)
+>>> cfg = pflax.fedfomo.Config(local_epochs=1, num_downloads=2)
+>>> state = pflax.fedfomo.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 3, cfg)
+>>> state, metrics = pflax.fedfomo.round(state, train, test)  # round 0: nobody has uploaded yet
+>>> state, metrics = pflax.fedfomo.round(state, train, test)
 >>> metrics["downloaded"].shape, bool(metrics["download_valid"].all()), metrics["accuracy"].shape
 ((3, 2), True, (3,))
 """
@@ -227,6 +225,8 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     )
 
 
-ALGORITHM = federated.build('fedfomo', Config, init, pieces_for, lambda c, server, model, cfg: base.accuracy_of(model, c["client"], c), "FedFomo: each client combines the downloaded models that lower its validation loss",
-                            base.check_inputs)
+ALGORITHM = federated.build(
+    "fedfomo", Config, init, pieces_for,
+    lambda c, server, model, cfg: base.accuracy_of(model, c["client"], c),
+    "FedFomo: each client combines the downloaded models that lower its validation loss", base.check_inputs)
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

@@ -18,12 +18,12 @@ a client without data (``tau_i = 0``) has ``p_i = 0`` (the round's ``weights``).
 this is exactly FedAvg. Evaluation: the global model on each client's own test split (FedNova is not
 personalized).
 
->>> import jax
+>>> import jax, pflax
 >>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
 >>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
 >>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 70)])
->>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1, batch_size=20))
+>>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
+...              Config(local_epochs=1, batch_size=20))
 >>> state, metrics = round(state, train)
 >>> metrics["tau_norm"].tolist()  # 2 steps each; ||a||_1 = [2 - 0.5 (1 - 0.25) / 0.5] / 0.5
 [2.5, 2.5]
@@ -51,15 +51,8 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """A round-0 state: ``server`` = the global model; clients keep nothing.
-
-    Args:
-      key: PRNG key, split in three (model, training, sampling) as every algorithm's.
-      model: the split model; sample_x: one client's inputs (for the shapes).
-      num_clients: N; config: the :class:`Config`.
-    """
-    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
-    return State.create(key, params, {}, num_clients, model, config)
+    """A round-0 state (:meth:`State.from_model`): ``server`` = the global model; clients keep nothing."""
+    return State.from_model(key, model, sample_x, num_clients, config)
 
 
 def momentum_norm(tau, rho: float):
@@ -122,6 +115,8 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     )
 
 
-ALGORITHM = federated.build('fednova', Config, init, pieces_for, lambda c, server, model, cfg: base.accuracy_of(model, server, c), "FedNova: FedAvg with updates normalised by each client's local steps",
-                            base.check_inputs)
+ALGORITHM = federated.build(
+    "fednova", Config, init, pieces_for,
+    lambda c, server, model, cfg: base.accuracy_of(model, server, c),
+    "FedNova: FedAvg with updates normalised by each client's local steps", base.check_inputs)
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

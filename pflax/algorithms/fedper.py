@@ -7,22 +7,10 @@ sample-size weighted mean of the participants' bodies. Heads are never averaged:
 keeps the head it trained; non-participants keep theirs. Evaluation: global body + the client's own
 head, on the client's own test split. All clients start from the same random initialisation.
 """
-from __future__ import annotations
 
-import dataclasses
-
-from ..core.federated import State, sample_clients
 from . import sharing
+from .sharing import State, sample_clients  # noqa: F401 (part of the API)
 
-__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Config(sharing.Config):
-    """The body is shared and averaged; the head stays with its client."""
-
-    shared: tuple = ("body",)
-
-
-ALGORITHM = sharing.preset("fedper", Config, "FedPer: shared body, personal head, trained jointly")
-init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
+ALGORITHM = sharing.preset("fedper", "FedPer: shared body, personal head, trained jointly", shared=("body",))
+Config, init, round, evaluate = ALGORITHM.Config, ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate  # noqa: A001
+check_inputs = ALGORITHM.check_inputs

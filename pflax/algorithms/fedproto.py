@@ -29,15 +29,11 @@ the features seen during all local epochs' minibatches, i.e. with a moving model
 model's head (the official code also reports nearest-prototype accuracy). All clients start from one
 shared initialisation.
 
->>> import jax
->>> from pflax.algorithms import fedproto
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
->>> state = fedproto.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedproto.Config(local_epochs=1))
->>> state, metrics = fedproto.round(state, train, test)
+>>> import jax, pflax
+>>> train, test = pflax.data.toy_federation()
+>>> state = pflax.fedproto.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
+...                             pflax.fedproto.Config(local_epochs=1))
+>>> state, metrics = pflax.fedproto.round(state, train, test)
 >>> state.server["protos"].shape, int(state.server["valid"].sum()), metrics["accuracy"].shape
 ((10, 8), 10, (2,))
 """
@@ -147,6 +143,8 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     )
 
 
-ALGORITHM = federated.build('fedproto', Config, init, pieces_for, lambda c, server, model, cfg: base.accuracy_of(model, c["client"], c), "FedProto: clients share class prototypes, never model parameters",
-                            base.check_inputs)
+ALGORITHM = federated.build(
+    "fedproto", Config, init, pieces_for,
+    lambda c, server, model, cfg: base.accuracy_of(model, c["client"], c),
+    "FedProto: clients share class prototypes, never model parameters", base.check_inputs)
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

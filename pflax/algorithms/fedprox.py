@@ -12,22 +12,10 @@ FedCollab's default is 0.1 and FL-bench's 1.0). Weight decay is kept on top of t
 common setting). Partial work (FedProx's variable local steps) is not simulated: every participant
 runs its full epochs.
 """
-from __future__ import annotations
 
-import dataclasses
-
-from ..core.federated import State, sample_clients
 from . import sharing
+from .sharing import State, sample_clients  # noqa: F401 (part of the API)
 
-__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Config(sharing.Config):
-    """FedAvg with the proximal term ``prox_mu``."""
-
-    prox_mu: float = 0.01
-
-
-ALGORITHM = sharing.preset("fedprox", Config, "FedProx: FedAvg with a proximal term to the global model")
-init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
+ALGORITHM = sharing.preset("fedprox", "FedProx: FedAvg with a proximal term to the global model", prox_mu=0.01)
+Config, init, round, evaluate = ALGORITHM.Config, ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate  # noqa: A001
+check_inputs = ALGORITHM.check_inputs

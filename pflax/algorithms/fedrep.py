@@ -13,25 +13,11 @@ Deliberate choices: defaults follow the original paper, 10 head epochs then 1 bo
 0.01, momentum 0.5, wd 5e-4, batch 50). Freezing is by masked optimiser updates, so the frozen part
 gets neither weight decay nor momentum. Evaluation: global body + the client's own head.
 """
-from __future__ import annotations
 
-import dataclasses
-
-from ..core.federated import State, sample_clients
 from . import sharing
+from .sharing import State, sample_clients  # noqa: F401 (part of the API)
 
-__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Config(sharing.Config):
-    """FedPer's sharing, trained head first: ``head_epochs`` head epochs, then ``local_epochs`` body epochs."""
-
-    shared: tuple = ("body",)
-    alternating: bool = True
-    head_epochs: int = 10
-    local_epochs: int = 1
-
-
-ALGORITHM = sharing.preset("fedrep", Config, "FedRep: shared body, personal head, head epochs then body epochs")
-init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
+ALGORITHM = sharing.preset("fedrep", "FedRep: shared body, personal head, head epochs then body epochs",
+                           shared=("body",), alternating=True, head_epochs=10, local_epochs=1)
+Config, init, round, evaluate = ALGORITHM.Config, ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate  # noqa: A001
+check_inputs = ALGORITHM.check_inputs

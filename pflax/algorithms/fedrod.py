@@ -27,17 +27,13 @@ there), so the shared body and generic head learn from the balanced objective al
 the server averages; the personal head starts at zero, so each client's personal model starts as the
 generic one. One optimiser (per-leaf momentum and decay) serves all three parts.
 
->>> import jax
->>> from pflax.algorithms import fedrod
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
->>> state = fedrod.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedrod.Config(local_epochs=1))
+>>> import jax, pflax
+>>> train, test = pflax.data.toy_federation()
+>>> state = pflax.fedrod.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
+...                           pflax.fedrod.Config(local_epochs=1))
 >>> sorted(state.server), sorted(state.clients)
 (['body', 'head'], ['personal'])
->>> state, metrics = fedrod.round(state, train, test)
+>>> state, metrics = pflax.fedrod.round(state, train, test)
 >>> metrics["accuracy"].shape
 (2,)
 """
@@ -159,6 +155,8 @@ def _score(c: dict, server, model) -> jax.Array:
     return masked_accuracy(logits, c["y"], c["mask"])
 
 
-ALGORITHM = federated.build('fedrod', Config, init, pieces_for, lambda c, server, model, cfg: _score(c, server, model), "Fed-RoD: balanced-softmax generic model plus a personal head",
-                            base.check_inputs)
+ALGORITHM = federated.build(
+    "fedrod", Config, init, pieces_for,
+    lambda c, server, model, cfg: _score(c, server, model),
+    "Fed-RoD: balanced-softmax generic model plus a personal head", base.check_inputs)
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

@@ -34,14 +34,11 @@ no loss estimate yet).
 
 HypCluster (``pflax.algorithms.hypcluster``) is the same rule and reuses this module's code.
 
->>> import jax
->>> from pflax.algorithms import ifca
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> state = ifca.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, ifca.Config(local_epochs=1))
->>> state, metrics = ifca.round(state, train)
+>>> import jax, pflax
+>>> train, _ = pflax.data.toy_federation()
+>>> state = pflax.ifca.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
+...                         pflax.ifca.Config(local_epochs=1))
+>>> state, metrics = pflax.ifca.round(state, train)
 >>> state.clients["cluster"].shape, metrics["cluster_losses"].shape
 ((2,), (2, 3))
 """

@@ -15,24 +15,11 @@ it over {0.5, 0.6, 0.7, 0.8} without reporting the choice). Padding samples neve
 Weights are computed relative to the nearest neighbour, which leaves the normalised weights
 unchanged and cannot underflow to 0/0. ``evaluate`` needs the clients' training data.
 """
-from __future__ import annotations
 
-import dataclasses
-
-from ..core.federated import State, sample_clients
 from . import sharing
-from .sharing import knn_probabilities
+from .sharing import State, sample_clients  # noqa: F401 (part of the API)
+from .sharing import knn_probabilities  # noqa: F401 (part of the API)
 
-__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
-           "knn_probabilities"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Config(sharing.Config):
-    """FedAvg with the kNN interpolation at evaluation."""
-
-    knn_lam: float = 0.5
-
-
-ALGORITHM = sharing.preset("knnper", Config, "kNN-Per: FedAvg interpolated with a kNN over local features")
-init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
+ALGORITHM = sharing.preset("knnper", "kNN-Per: FedAvg interpolated with a kNN over local features", knn_lam=0.5)
+Config, init, round, evaluate = ALGORITHM.Config, ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate  # noqa: A001
+check_inputs = ALGORITHM.check_inputs

@@ -10,22 +10,10 @@ Deliberate choices: the shared part is exactly the head and the local part the b
 pre-training phase is not run (C-PAC does not run it either). All clients start from the same
 random initialisation. Evaluation: the client's own body + the global head, on its own test split.
 """
-from __future__ import annotations
 
-import dataclasses
-
-from ..core.federated import State, sample_clients
 from . import sharing
+from .sharing import State, sample_clients  # noqa: F401 (part of the API)
 
-__all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Config(sharing.Config):
-    """The head is shared and averaged; the body stays with its client."""
-
-    shared: tuple = ("head",)
-
-
-ALGORITHM = sharing.preset("lg_fedavg", Config, "LG-FedAvg: personal body, shared head")
-init, round, evaluate, check_inputs = ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs
+ALGORITHM = sharing.preset("lg_fedavg", "LG-FedAvg: personal body, shared head", shared=("head",))
+Config, init, round, evaluate = ALGORITHM.Config, ALGORITHM.init, ALGORITHM.round, ALGORITHM.evaluate  # noqa: A001
+check_inputs = ALGORITHM.check_inputs

@@ -33,13 +33,9 @@ gradient) instead of FL-bench's finite difference with ``delta = 1e-3``; aggrega
 sample-size weighted (FL-bench: equal weights). A meta-step whose minibatches hold no real sample is
 a no-op.
 
->>> import jax
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
->>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
+>>> import jax, pflax
+>>> train, test = pflax.data.toy_federation()
+>>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
 >>> state, metrics = round(state, train, test)  # accuracy after one adaptation step on train
 >>> evaluate(state, test, train)["accuracy"].shape
 (2,)
@@ -85,15 +81,8 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """A round-0 state: ``server`` = the global model; clients keep nothing.
-
-    Args:
-      key: PRNG key, split in three (model, training, sampling) as every algorithm's.
-      model: the split model; sample_x: one client's inputs (for the shapes).
-      num_clients: N; config: the :class:`Config`.
-    """
-    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
-    return State.create(key, params, {}, num_clients, model, config)
+    """A round-0 state (:meth:`State.from_model`): ``server`` = the global model; clients keep nothing."""
+    return State.from_model(key, model, sample_x, num_clients, config)
 
 
 def _sub(a, b, scale):
@@ -175,6 +164,9 @@ def _score(c: dict, w, model, cfg: Config) -> jax.Array:
     return base.accuracy_of(model, adapted, c)
 
 
-ALGORITHM = federated.build('perfedavg', Config, init, pieces_for, _score, "Per-FedAvg: MAML-style FedAvg, personalised by one adaptation step at evaluation",
-                            base.check_inputs, needs_train=True)
+ALGORITHM = federated.build(
+    "perfedavg", Config, init, pieces_for,
+    _score,
+    "Per-FedAvg: MAML-style FedAvg, personalised by one adaptation step at evaluation", base.check_inputs,
+    needs_train=True)
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

@@ -16,16 +16,11 @@ round, for the participants:
 Evaluation scores ``personalized(personal_i, w, config)`` (the personal model itself, or APFL's mixture)
 on each client's own test split.
 
->>> import jax
->>> from pflax.algorithms import ditto
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
->>> cfg = ditto.Config(local_epochs=1, personal_epochs=1)
->>> state = ditto.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, cfg)
->>> state, metrics = ditto.round(state, train, test)
+>>> import jax, pflax
+>>> train, test = pflax.data.toy_federation()
+>>> cfg = pflax.ditto.Config(local_epochs=1, personal_epochs=1)
+>>> state = pflax.ditto.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2, cfg)
+>>> state, metrics = pflax.ditto.round(state, train, test)
 >>> sorted(metrics)[:3], metrics["accuracy"].shape
 (['accuracy', 'client_ids', 'loss'], (2,))
 """
@@ -79,8 +74,7 @@ def algorithm(name: str, Config: type, local_update: LocalUpdate, summary: str,
     @init_on_execution_devices
     def init(key, model, sample_x, num_clients: int, config=None) -> State:
         config = Config() if config is None else config
-        params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
-        return State.create(key, params, params, num_clients, model, config)
+        return State.from_model(key, model, sample_x, num_clients, config, lambda params: (params, params))
 
     init.__doc__ = (f"{name}'s ``init(key, model, sample_x, num_clients, config=Config())``: ``server`` = the "
                     "global model, ``clients`` = every client's personal model, both the same random model "

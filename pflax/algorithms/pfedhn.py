@@ -48,18 +48,13 @@ unused (the client takes ``inner_steps`` steps); the client optimiser is FedPAC'
 (official: lr 5e-3, momentum 0.9, wd 5e-5). A participant without data returns ``dtheta = 0`` and
 changes nothing.
 
->>> import jax
->>> from pflax.algorithms import pfedhn
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
->>> cfg = pfedhn.Config(inner_steps=2, embed_dim=4, hidden=8)
->>> state = pfedhn.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, cfg)
+>>> import jax, pflax
+>>> train, test = pflax.data.toy_federation()
+>>> cfg = pflax.pfedhn.Config(inner_steps=2, embed_dim=4, hidden=8)
+>>> state = pflax.pfedhn.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2, cfg)
 >>> state.clients["embed"].shape
 (2, 4)
->>> state, metrics = pfedhn.round(state, train, test)
+>>> state, metrics = pflax.pfedhn.round(state, train, test)
 >>> metrics["delta_norm"].shape, metrics["accuracy"].shape
 ((2,), (2,))
 """

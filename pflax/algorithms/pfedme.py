@@ -22,13 +22,10 @@ and the received global model is the better warm start after aggregation); a min
 samples changes nothing, so a participant without data ends the round with ``theta_i = w^t`` (the
 minimiser of an empty objective plus the proximal term).
 
->>> import jax
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
+>>> import jax, pflax
+>>> train, _ = pflax.data.toy_federation()
 >>> cfg = Config(local_epochs=1, inner_steps=1)
->>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, cfg)
+>>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2, cfg)
 >>> state, metrics = round(state, train)
 >>> metrics["loss"].shape
 (2,)

@@ -27,12 +27,9 @@ option II's ``(w^t - w_i) / (K lr)`` is exact for plain SGD and an approximation
 weight decay (set both to 0 for the textbook algorithm). Evaluation: the global model on each
 client's test split.
 
->>> import jax
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
+>>> import jax, pflax
+>>> train, _ = pflax.data.toy_federation()
+>>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2, Config(local_epochs=1))
 >>> sorted(state.server)
 ['c', 'params']
 >>> state, metrics = round(state, train)
@@ -77,15 +74,10 @@ def _zeros(tree):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """A round-0 state: ``server = {"params": w, "c": 0}``, ``clients`` = every client's ``c_i = 0``.
-
-    Args:
-      key: PRNG key, split in three (model, training, sampling) as every algorithm's.
-      model: the split model; sample_x: one client's inputs (for the shapes).
-      num_clients: N; config: the :class:`Config`.
-    """
-    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
-    return State.create(key, {"params": params, "c": _zeros(params)}, _zeros(params), num_clients, model, config)
+    """A round-0 state (:meth:`State.from_model`): ``server = {"params": w, "c": 0}``, ``clients`` =
+    every client's control variate ``c_i = 0``."""
+    return State.from_model(key, model, sample_x, num_clients, config,
+                            lambda w: ({"params": w, "c": _zeros(w)}, _zeros(w)))
 
 
 def _local_update(server, participant: dict, model, cfg: Config) -> dict:
@@ -138,6 +130,8 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     )
 
 
-ALGORITHM = federated.build('scaffold', Config, init, pieces_for, lambda c, server, model, cfg: base.accuracy_of(model, server["params"], c), "SCAFFOLD: FedAvg with control variates correcting client drift",
-                            base.check_inputs)
+ALGORITHM = federated.build(
+    "scaffold", Config, init, pieces_for,
+    lambda c, server, model, cfg: base.accuracy_of(model, server["params"], c),
+    "SCAFFOLD: FedAvg with control variates correcting client drift", base.check_inputs)
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001

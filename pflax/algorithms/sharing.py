@@ -21,17 +21,13 @@ Every phase of every round uses a fresh PyTorch SGD of the common setting (FedPA
 momentum 0.5, weight decay 5e-4, batch 50, E = 5). A client's personalized model is the server's
 shared parts plus its own local parts.
 
->>> import jax
->>> from pflax.algorithms import fedper
->>> from pflax.data import from_partition, synthetic
->>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
->>> state = fedper.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedper.Config(local_epochs=1))
+>>> import jax, pflax
+>>> train, test = pflax.data.toy_federation()
+>>> state = pflax.fedper.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
+...                           pflax.fedper.Config(local_epochs=1))
 >>> sorted(state.server), sorted(state.clients)
 (['body'], ['head'])
->>> state, metrics = fedper.round(state, train, test)
+>>> state, metrics = pflax.fedper.round(state, train, test)
 >>> metrics["accuracy"].shape
 (2,)
 """
@@ -45,7 +41,7 @@ import jax.numpy as jnp
 
 from ..core import federated
 from ..core.aggregate import EXACT
-from ..core.federated import State
+from ..core.federated import State, sample_clients
 from ..core.train import batched_apply
 from ..metrics import masked_accuracy
 from . import base
@@ -54,7 +50,8 @@ from .common import init_on_execution_devices
 Array = jax.Array
 PyTree = Any
 
-__all__ = ["Config", "State", "init", "round", "evaluate", "check_inputs", "preset", "knn_probabilities"]
+__all__ = ["Config", "State", "init", "round", "evaluate", "check_inputs", "sample_clients", "preset",
+           "knn_probabilities"]
 
 PARTS = ("body", "head")
 
@@ -107,10 +104,11 @@ class Config(base.SGDConfig):
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """One random model (from the first of ``split(key, 3)``, as every algorithm); the ``shared`` parts
     go to the server, the others to every client (all clients start from the same copy)."""
-    params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
-    server = {p: v for p, v in params.items() if p in config.shared}
-    local = {p: v for p, v in params.items() if p not in config.shared}
-    return State.create(key, server, local, num_clients, model, config)
+    def layout(params):
+        return ({p: v for p, v in params.items() if p in config.shared},
+                {p: v for p, v in params.items() if p not in config.shared})
+
+    return State.from_model(key, model, sample_x, num_clients, config, layout)
 
 
 def assembled(client: dict, server: PyTree) -> PyTree:
@@ -205,8 +203,29 @@ round, evaluate = _RULE.round, _RULE.evaluate  # noqa: A001 - the library's verb
 check_inputs = base.check_inputs
 
 
-def preset(name: str, config_class: type, summary: str) -> federated.Algorithm:
-    """The registry entry of one preset: the rule's functions with ``config_class()`` as the default."""
+def preset(name: str, summary: str, **defaults) -> federated.Algorithm:
+    """The registry entry of one preset of the rule, as optax builds ``adamw`` from ``chain``: a
+    ``Config`` subclass whose defaults are ``defaults``, with the rule's ``init``, ``round`` and
+    ``evaluate``.
+
+    Args:
+      name: the registry (and module) name.
+      summary: one line for ``pflax list``; also the ``Config``'s docstring.
+      **defaults: the preset's values of :class:`Config` fields.
+
+    Returns:
+      a :class:`pflax.core.federated.Algorithm` whose ``Config()`` is the preset.
+
+    >>> fedper = preset("fedper", "FedPer", shared=("body",))
+    >>> fedper.Config().shared, fedper.Config(local_epochs=1).local_epochs
+    (('body',), 1)
+    """
+    annotations = {f.name: f.type for f in dataclasses.fields(Config)}
+    config_class = dataclasses.make_dataclass(
+        "Config", [(field, annotations[field], dataclasses.field(default=value)) for field, value in defaults.items()],
+        bases=(Config,), frozen=True)
+    config_class.__module__ = f"pflax.algorithms.{name}"
+    config_class.__doc__ = f"{summary}: the sharing rule with {defaults or 'its defaults'}."
 
     def preset_init(key, model, sample_x, num_clients: int, config=None):
         return init(key, model, sample_x, num_clients, config_class() if config is None else config)

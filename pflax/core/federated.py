@@ -103,6 +103,30 @@ class State:
         return cls(server=server, clients=broadcast_rows(client_row, num_clients), round=jnp.zeros((), jnp.int32),
                    key=k_train, sampling_key=k_sample, num_clients=num_clients, model=model, config=config)
 
+    @classmethod
+    def from_model(cls, key: Array, model, sample_x: Array, num_clients: int, config,
+                   layout: Callable[[PyTree], tuple[PyTree, PyTree]] = lambda params: (params, {})) -> "State":
+        """A round-0 state from one random model: ``model.init`` with the first of ``split(key, 3)``
+        (as every algorithm, so equal seeds give equal models), then ``layout(params) -> (server,
+        client_row)``; the default sends the whole model to the server and keeps nothing on clients.
+
+        Args:
+          key: the run's PRNG key; model: a model with ``init(key, sample_x)``; sample_x: inputs of
+            one client (their shape); num_clients: N; config: the algorithm's config.
+          layout: how the model is split between the server and every client's row.
+
+        Returns:
+          the state at round 0.
+
+        >>> from pflax.models import mlp
+        >>> s = State.from_model(jax.random.PRNGKey(0), mlp(10, hidden=(4,)), jnp.zeros((1, 8, 8, 1)), 3, None,
+        ...                      lambda p: ({"body": p["body"]}, {"head": p["head"]}))
+        >>> sorted(s.server), s.clients["head"]["kernel"].shape
+        (['body'], (3, 4, 10))
+        """
+        server, client_row = layout(model.init(jax.random.split(key, 3)[0], sample_x[:1]))
+        return cls.create(key, server, client_row, num_clients, model, config)
+
 
 @functools.partial(jax.jit, static_argnums=1)
 def broadcast_rows(row: PyTree, num_clients: int) -> PyTree:

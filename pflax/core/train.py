@@ -119,6 +119,13 @@ def sgd_steps_stateful(
     return params, model_state, masked_mean(losses, active)
 
 
+def _trains(epochs: int) -> bool:
+    """Whether a phase of ``epochs`` epochs trains at all (0: the parameters come back unchanged)."""
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    return epochs > 0
+
+
 def local_train(
     params: PyTree,
     loss_fn: LossFn,
@@ -134,9 +141,7 @@ def local_train(
 
     Returns ``(params, mean_loss)``. With ``epochs == 0`` the parameters come back unchanged.
     """
-    if epochs < 0:
-        raise ValueError(f"epochs must be >= 0, got {epochs}")
-    if epochs == 0:
+    if not _trains(epochs):
         return params, jnp.zeros((), jnp.float32)
     indices, valid = epoch_order(key, mask, epochs, batch_size)
     return sgd_steps(params, loss_fn, data, indices, valid, optimizer)
@@ -157,9 +162,7 @@ def local_train_stateful(
     """:func:`local_train` for models with state (BatchNorm) and per-step noise: returns
     ``(params, model_state, mean_loss)``. The shuffling key and the per-step noise keys are
     independent streams split from ``key``."""
-    if epochs < 0:
-        raise ValueError(f"epochs must be >= 0, got {epochs}")
-    if epochs == 0:
+    if not _trains(epochs):
         return params, model_state, jnp.zeros((), jnp.float32)
     k_order, k_noise = jax.random.split(key)
     indices, valid = epoch_order(k_order, mask, epochs, batch_size)

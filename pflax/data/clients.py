@@ -63,6 +63,35 @@ def from_partition(x: np.ndarray, y: np.ndarray, clients: Sequence[np.ndarray], 
     return ClientData(jnp.asarray(xs), jnp.asarray(ys), jnp.asarray(mask), jnp.arange(m, dtype=jnp.int32))
 
 
+def toy_federation(num_clients: int = 2, train_per_client: int = 40, test_per_client: int = 20,
+                   image_size: int = 8, seed: int = 0) -> tuple[ClientData, ClientData]:
+    """A tiny synthetic federation for examples and quick checks: client ``i`` holds the ``i``-th
+    contiguous slice of :func:`pflax.data.synthetic`'s (shuffled) train and test sets.
+
+    Args:
+      num_clients: how many clients.
+      train_per_client, test_per_client: samples per client (multiples of 10 keep classes balanced).
+      image_size: side of the square one-channel images.
+      seed: the dataset's seed.
+
+    Returns:
+      ``(train, test)`` :class:`ClientData`, rows = clients ``0 .. num_clients - 1``.
+
+    >>> train, test = toy_federation()
+    >>> train.x.shape, test.sizes.tolist()
+    ((2, 40, 8, 8, 1), [20, 20])
+    """
+    from .sources import synthetic
+
+    ds = synthetic(train_per_class=-(-num_clients * train_per_client // 10),
+                   test_per_class=-(-num_clients * test_per_client // 10), image_size=image_size, seed=seed)
+    train = from_partition(ds.x_train, ds.y_train,
+                           [range(i * train_per_client, (i + 1) * train_per_client) for i in range(num_clients)])
+    test = from_partition(ds.x_test, ds.y_test,
+                          [range(i * test_per_client, (i + 1) * test_per_client) for i in range(num_clients)])
+    return train, test
+
+
 def validate(data: ClientData, num_classes: int, sample_shape: tuple | None = None, what: str = "data") -> None:
     """Eager checks with messages that name the problem. Call outside jit (it reads values).
 

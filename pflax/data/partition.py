@@ -397,6 +397,12 @@ def dirichlet_matched(
                     f"train / {min_test_size} test samples each in {max_tries} tries")
 
 
+def shard_layout(k: int, layout: dict) -> dict:
+    """``layout`` (the keyword options of :func:`fedpac_shards_sized`: ``groups``, ``start_cursor``,
+    ``wrap``, ``order_seed``, ``allow_empty``) with ``groups`` checked and defaulted."""
+    return {**layout, "groups": resolve_groups(k, layout.get("groups"))}
+
+
 def quantity_skew(
     labels: np.ndarray,
     large: int,
@@ -405,11 +411,7 @@ def quantity_skew(
     num_large: int | None = None,
     s: float = 0.2,
     num_classes: int | None = None,
-    groups: list[list[int]] | None = None,
-    start_cursor: int = 0,
-    wrap: bool = True,
-    order_seed: int | None = None,
-    allow_empty: bool = False,
+    **layout,
 ) -> list[np.ndarray]:
     """Quantity skew with "large" and "small" clients on top of FedPAC's s% + dominant-class partition.
 
@@ -418,16 +420,17 @@ def quantity_skew(
     FedCollab's own FMNIST setting is 2100 vs ``floor(2100 e^-5 + 0.49) = 14`` training samples, built by
     :func:`pflax.suites.fedcollab.label_shift_partition`). Dominant-class groups are ``i mod 5``, so with 20
     clients every group has two large and two small members. ``small=0`` needs ``allow_empty=True``.
+    ``layout``: :func:`fedpac_shards_sized`'s ``groups``, ``start_cursor``, ``wrap``, ``order_seed``,
+    ``allow_empty``.
     """
     labels, k = check_labels(labels, num_classes)
     num_clients = check_count(num_clients, "num_clients")
     large = check_count(large, "large")
-    small = check_count(small, "small", 0 if allow_empty else 1)
+    small = check_count(small, "small", 0 if layout.get("allow_empty", False) else 1)
     if small > large:
         raise DataError(f"small ({small}) must not exceed large ({large})")
     num_large = num_clients // 2 if num_large is None else check_count(num_large, "num_large", 0)
     if num_large > num_clients:
         raise DataError(f"num_large ({num_large}) exceeds num_clients ({num_clients})")
     sizes = np.array([large] * num_large + [small] * (num_clients - num_large), np.int64)
-    return fedpac_shards_sized(labels, sizes, s, k, resolve_groups(k, groups), start_cursor, wrap, order_seed,
-                               allow_empty=allow_empty)
+    return fedpac_shards_sized(labels, sizes, s, k, **shard_layout(k, layout))

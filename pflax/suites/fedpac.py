@@ -16,6 +16,8 @@ Common conventions:
   ``mnist_noniid_s``).
 * Invalid inputs raise :class:`~pflax.data.DataError` (a ``ValueError``) with a message naming the
   problem. No client is ever empty unless the caller asks for it (``min_size=0``).
+* ``**layout`` passes :func:`pflax.data.fedpac_shards_sized`'s options (``groups``, ``start_cursor``,
+  ``wrap``, ``order_seed``) through.
 * The same arguments (seed included) always give the same partition; every random draw comes from
   ``np.random.default_rng(seed)``.
 * Test splits: call the same function on the test labels with the same side information (the same
@@ -43,7 +45,7 @@ from typing import Sequence
 import numpy as np
 
 from ..data.clients import ClientData, from_partition
-from ..data.partition import check_count, check_labels, fedpac_shards, fedpac_shards_sized, resolve_groups
+from ..data.partition import check_count, check_labels, fedpac_shards, fedpac_shards_sized, shard_layout
 from ..data.partition import dirichlet_matched as _dirichlet_matched
 from ..data.partition import pathological as _pathological
 from ..data.partition import pathological_class_sets as _pathological_class_sets
@@ -100,10 +102,7 @@ def concept_shift(
     s: float = 0.2,
     num_classes: int | None = None,
     seed: int = 0,
-    groups: list[list[int]] | None = None,
-    start_cursor: int = 0,
-    wrap: bool = True,
-    order_seed: int | None = None,
+    **layout,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """FedPAC Table 3 (concept shift): the default s% partition (s = 0.2, n = 600, dominant-class group
     ``i mod 5``), then every group relabels its data with its own permutation.
@@ -119,10 +118,9 @@ def concept_shift(
     labels, k = check_labels(labels, num_classes)
     num_clients = check_count(num_clients, "num_clients")
     samples_per_client = check_count(samples_per_client, "samples_per_client")
-    groups = resolve_groups(k, groups)
-    clients = fedpac_shards_sized(labels, [samples_per_client] * num_clients, s, k, groups, start_cursor, wrap,
-                                  order_seed)
-    return clients, concept_shift_maps(num_clients, k, len(groups), seed)
+    layout = shard_layout(k, layout)
+    clients = fedpac_shards_sized(labels, [samples_per_client] * num_clients, s, k, **layout)
+    return clients, concept_shift_maps(num_clients, k, len(layout["groups"]), seed)
 
 
 # ------------------------------------------------------------------------ Table 6: imbalanced sizes
@@ -143,10 +141,7 @@ def imbalanced_sizes(
     s: float = 0.2,
     num_classes: int | None = None,
     seed: int = 0,
-    groups: list[list[int]] | None = None,
-    start_cursor: int = 0,
-    wrap: bool = True,
-    order_seed: int | None = None,
+    **layout,
 ) -> list[np.ndarray]:
     """FedPAC Table 6 (FMNIST / CIFAR-10, 20 clients, sampling rate 1.0): the s% + dominant-class
     partition (s = 0.2, group ``i mod 5``) with client ``i`` holding ``draw_sizes(...)[i]`` training
@@ -159,7 +154,7 @@ def imbalanced_sizes(
     """
     labels, k = check_labels(labels, num_classes)
     sizes = draw_sizes(num_clients, choices, seed)
-    return fedpac_shards_sized(labels, sizes, s, k, resolve_groups(k, groups), start_cursor, wrap, order_seed)
+    return fedpac_shards_sized(labels, sizes, s, k, **shard_layout(k, layout))
 
 
 # ---------------------------------------------------------------------------- Table 7: pathological
@@ -188,18 +183,16 @@ def pathological(
     num_clients: int = 20,
     samples_per_client: int = 600,
     classes_per_group: Sequence[int] = PATHOLOGICAL_CLASSES,
-    mode: str = "random",
-    num_classes: int | None = None,
-    seed: int = 0,
-    class_sets: Sequence[Sequence[int]] | None = None,
-    disjoint: bool = True,
+    **options,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """FedPAC Table 7 (CIFAR-10, 20 clients, 600 samples each, sampling rate 1.0): clients in group
     ``i mod 5`` see 3/3/5/5/8 classes, with samples "balanced across classes at each client"
     (600 = 3 x 200 = 5 x 120 = 8 x 75; for other sizes the remainder goes to its highest-numbered class, as in
     FedPAC's partition).
 
-    ``mode`` is ``"random"`` or ``"clustered"`` (see :func:`pathological_class_sets` for our reading);
+    ``options`` are :func:`pflax.data.pathological`'s: ``mode``, ``num_classes``, ``seed``,
+    ``class_sets``, ``disjoint``. ``mode`` is ``"random"`` or ``"clustered"`` (see
+    :func:`pathological_class_sets` for our reading);
     pass ``class_sets`` (e.g. the train split's) to fix the sets, which then overrides ``mode`` and
     ``classes_per_group``. Samples are drawn at random (``seed``) inside each class. ``disjoint=True``
     hands each sample to at most one client and raises :class:`DataError` when a class runs out;
@@ -208,8 +201,7 @@ def pathological(
 
     Returns ``(clients, class_sets)``; :func:`pflax.data.pathological` with the table's defaults.
     """
-    return _pathological(labels, num_clients, samples_per_client, classes_per_group, mode, num_classes, seed,
-                         class_sets, disjoint)
+    return _pathological(labels, num_clients, samples_per_client, classes_per_group, **options)
 
 
 # ------------------------------------------------------------------------------- Table 8: Dirichlet
@@ -248,10 +240,7 @@ def data_scarce(
     samples_per_client: int = 50,
     s: float = 0.2,
     num_classes: int | None = None,
-    groups: list[list[int]] | None = None,
-    start_cursor: int = 0,
-    wrap: bool = True,
-    order_seed: int | None = None,
+    **layout,
 ) -> list[np.ndarray]:
     """FedPAC Table 9 (CIFAR-10, 1000 clients, 50 samples each = one mini-batch, sampling rate 0.03):
     "the default partition strategy", i.e. s = 0.2 with dominant-class group ``i mod 5``: per client 1
@@ -265,8 +254,7 @@ def data_scarce(
     labels, k = check_labels(labels, num_classes)
     num_clients = check_count(num_clients, "num_clients")
     samples_per_client = check_count(samples_per_client, "samples_per_client")
-    return fedpac_shards_sized(labels, [samples_per_client] * num_clients, s, k, resolve_groups(k, groups),
-                               start_cursor, wrap, order_seed)
+    return fedpac_shards_sized(labels, [samples_per_client] * num_clients, s, k, **shard_layout(k, layout))
 
 
 # ------------------------------------------------------------------------- Table 10: rotation skew
@@ -277,10 +265,7 @@ def rotation_skew(
     s: float = 1.0,
     angles: Sequence[float] = ROTATION_ANGLES,
     num_classes: int | None = None,
-    groups: list[list[int]] | None = None,
-    start_cursor: int = 0,
-    wrap: bool = True,
-    order_seed: int | None = None,
+    **layout,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """FedPAC Table 10 (FMNIST, 20 clients): "we rotate the images in each group with a certain degree".
 
@@ -300,6 +285,5 @@ def rotation_skew(
     num_clients = check_count(num_clients, "num_clients")
     samples_per_client = check_count(samples_per_client, "samples_per_client")
     per_client = rotation_angles(num_clients, angles)
-    clients = fedpac_shards_sized(labels, [samples_per_client] * num_clients, s, k, resolve_groups(k, groups),
-                                  start_cursor, wrap, order_seed)
+    clients = fedpac_shards_sized(labels, [samples_per_client] * num_clients, s, k, **shard_layout(k, layout))
     return clients, per_client

@@ -45,11 +45,9 @@ one head per client, which is equivalent to per-client bodies and N times smalle
 
 >>> import jax
 >>> from pflax.algorithms import fedpac
->>> from pflax.data import from_partition, synthetic
+>>> from pflax.data import toy_federation
 >>> from pflax.models import mlp
->>> ds = synthetic(train_per_class=8, test_per_class=4, image_size=8)
->>> train = from_partition(ds.x_train, ds.y_train, [range(0, 40), range(40, 80)])
->>> test = from_partition(ds.x_test, ds.y_test, [range(0, 20), range(20, 40)])
+>>> train, test = toy_federation()
 >>> state = fedpac.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedpac.Config(body_epochs=1))
 >>> sorted(state.server), sorted(state.clients)
 (['body', 'centroid_valid', 'centroids'], ['head'])
