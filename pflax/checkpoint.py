@@ -53,10 +53,27 @@ _NOT_FINGERPRINTED = ("execution",)
 
 
 class CheckpointError(ValueError):
-    """A checkpoint is missing, truncated/corrupt, or was written by a different configuration."""
+    """A checkpoint is missing, truncated/corrupt, or was written by a different configuration.
+
+    A ``ValueError``, with a message naming the directory, the step and what is wrong.
+
+    >>> issubclass(CheckpointError, ValueError)
+    True
+    """
 
 
 class Restored(NamedTuple):
+    """What :func:`restore` returns.
+
+    Attributes:
+      state: the restored state, with the template's static fields.
+      step: the restored step (the state's round counter).
+      extra: the JSON dict passed to :func:`save` as ``extra``.
+
+    >>> Restored(state=None, step=3, extra={"history": []}).step
+    3
+    """
+
     state: Any
     step: int
     extra: dict
@@ -164,7 +181,21 @@ def _describe_static(name: str, value) -> dict:
 
 
 def fingerprint(state, run: dict | None = None) -> dict:
-    """Everything that must match for a checkpoint to be resumed with ``state``'s configuration."""
+    """Everything that must match for a checkpoint to be resumed with ``state``'s configuration.
+
+    Args:
+      state: an algorithm state (a ``flax.struct`` dataclass).
+      run: further settings that must match (e.g. the CLI's data arguments), JSON-able.
+
+    Returns:
+      A JSON-able dict: format, state type, static fields (``Config`` without ``execution``, model),
+      the arrays' ``dtype[shape]`` by path, and ``run``.
+
+    >>> from pflax.core.federated import State
+    >>> fp = fingerprint(State.create(jax.random.PRNGKey(0), {"w": jnp.ones(2)}, {}, 2, None, None), run={"seed": 0})
+    >>> fp["arrays"]["server/w"], fp["run"]
+    ('float32[2]', {'seed': 0})
+    """
     arrays = _to_storable(state)
     return {
         "format": FORMAT_VERSION,
@@ -187,7 +218,18 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def differences(saved: dict, current: dict) -> list[str]:
-    """Human-readable ``field: checkpoint X, now Y`` lines for every differing fingerprint field."""
+    """Human-readable ``field: checkpoint X, now Y`` lines for every differing fingerprint field.
+
+    Args:
+      saved: the fingerprint stored with a checkpoint.
+      current: the fingerprint of the state being resumed (:func:`fingerprint`).
+
+    Returns:
+      One line per differing (dot-separated) field, sorted; ``[]`` when they match.
+
+    >>> differences({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": True})
+    ['b.c: checkpoint 2, now 3', 'd: checkpoint <absent>, now true']
+    """
     a, b = _flatten(saved), _flatten(current)
     missing = object()
     lines = []
@@ -218,7 +260,17 @@ def _manager(directory: Path, *, read_only: bool, max_to_keep: int | None = None
 
 
 def all_steps(directory) -> list[int]:
-    """Complete steps in ``directory`` (ascending); ``[]`` when there is none or no directory."""
+    """Complete steps in ``directory`` (ascending); ``[]`` when there is none or no directory.
+
+    Args:
+      directory: the checkpoint directory (str or path).
+
+    Returns:
+      A sorted list of step numbers.
+
+    >>> all_steps("no/such/directory")
+    []
+    """
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -227,6 +279,17 @@ def all_steps(directory) -> list[int]:
 
 
 def latest_step(directory) -> int | None:
+    """The newest complete step in ``directory``, or ``None``.
+
+    Args:
+      directory: the checkpoint directory (str or path).
+
+    Returns:
+      The largest of :func:`all_steps`, or ``None`` when there is no checkpoint.
+
+    >>> latest_step("no/such/directory") is None
+    True
+    """
     steps = all_steps(directory)
     return steps[-1] if steps else None
 
@@ -237,6 +300,23 @@ def save(directory, state, *, extra: dict | None = None, run: dict | None = None
     ``extra`` is any JSON-serialisable dict stored with the step (returned by :func:`restore`);
     ``run`` joins the fingerprint (settings outside the state's ``Config`` that must match on resume).
     An existing step of the same number is replaced. ``max_to_keep`` keeps only the newest steps.
+
+    Args:
+      directory: the checkpoint directory (created if missing).
+      state: the algorithm state to save.
+      extra: a JSON-serialisable dict stored with the step.
+      run: settings outside ``Config`` that join the fingerprint.
+      max_to_keep: how many of the newest steps to keep (``None``: all).
+
+    Returns:
+      The step written, ``int(state.round)``.
+
+    >>> import tempfile
+    >>> from pflax.core.federated import State
+    >>> s = State.create(jax.random.PRNGKey(0), {"w": jnp.ones(2)}, {}, 2, None, None)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     save(d, s, extra={"note": "hi"}), all_steps(d), restore(d, s).extra
+    (0, [0], {'note': 'hi'})
     """
     import orbax.checkpoint as ocp
 
@@ -269,6 +349,25 @@ def restore(directory, template, *, step: int | None = None, run: dict | None = 
     ``template`` is a state of the same configuration, e.g. a fresh ``init``: it supplies the static
     fields. Raises :class:`CheckpointError` when there is no checkpoint, when it was written by a
     different configuration (the message lists the differing fields), or when it is truncated/corrupt.
+
+    Args:
+      directory: the checkpoint directory.
+      template: a state of the same configuration.
+      step: the step to load; ``None`` for the latest.
+      run: the settings given to :func:`save` as ``run`` (they must match).
+
+    Returns:
+      :class:`Restored` ``(state, step, extra)``.
+
+    >>> import tempfile
+    >>> from pflax.core import federated
+    >>> two = federated.State.create(jax.random.PRNGKey(1), {}, {}, 2, None, None)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = save(d, two)
+    ...     restore(d, two.replace(num_clients=3))
+    Traceback (most recent call last):
+    ...
+    pflax.checkpoint.CheckpointError: checkpoint step 0 in ... differing fields: num_clients.repr: checkpoint 2, now 3
     """
     import orbax.checkpoint as ocp
 
@@ -311,7 +410,21 @@ def restore(directory, template, *, step: int | None = None, run: dict | None = 
 
 def read(directory, step: int | None = None) -> tuple[dict, dict]:
     """``(arrays, meta)`` of a step (default: the latest) without a template, checksums verified:
-    for inspecting checkpoints and comparing runs. ``arrays`` mirrors the state's array fields."""
+    for inspecting checkpoints and comparing runs. ``arrays`` mirrors the state's array fields.
+
+    Args:
+      directory: the checkpoint directory.
+      step: the step to read; ``None`` for the latest.
+
+    Returns:
+      ``(arrays, meta)``: a dict of numpy arrays, and the stored ``fingerprint``, ``checksums`` and
+      ``extra``. Raises :class:`CheckpointError` when there is no checkpoint or it is corrupt.
+
+    >>> read("no/such/directory")
+    Traceback (most recent call last):
+    ...
+    pflax.checkpoint.CheckpointError: no complete checkpoint in .../no/such/directory
+    """
     import orbax.checkpoint as ocp
 
     directory = Path(directory).absolute()

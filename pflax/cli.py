@@ -1,8 +1,8 @@
 """``pflax run``: run an algorithm end to end with progress, results files and plots.
 
     pflax run                       # offline demo: FedPAC on the built-in synthetic federation
-    pflax run fedpac --dataset fashion_mnist --data-dir ../shared/datasets --clients 20 --rounds 200
-    pflax run ditto --dataset fashion_mnist --data-dir ../shared/datasets --set prox_mu=1.0
+    pflax run fedpac --dataset fashion_mnist --data-dir ~/datasets --clients 20 --rounds 200
+    pflax run ditto --dataset fashion_mnist --data-dir ~/datasets --set prox_mu=1.0
 
 Every algorithm in ``pflax.algorithms.REGISTRY`` that runs on the FedPAC CNN/MLP can be named; the
 shared SGD setting comes from ``--lr --momentum --weight-decay --batch-size --local-epochs`` and any
@@ -80,6 +80,15 @@ def _remove_stale_temp_files(out: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``pflax`` command-line parser, with its one sub-command ``run`` (options in the module docstring).
+
+    Returns:
+      An ``argparse.ArgumentParser``; unset sizes stay ``None`` until :func:`main` fills in the defaults.
+
+    >>> args = build_parser().parse_args(["run", "ditto", "--rounds", "3", "--set", "prox_mu=1.0"])
+    >>> args.algorithm, args.rounds, args.set, args.clients
+    ('ditto', 3, ['prox_mu=1.0'], None)
+    """
     parser = argparse.ArgumentParser(prog="pflax", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run an algorithm")
@@ -169,7 +178,24 @@ def _plot_accuracy(history: list[dict], path: Path, title: str) -> None:
 
 
 def plot_weights(weights: np.ndarray, client_ids: np.ndarray, num_groups: int, path: Path, title: str) -> None:
-    """Heatmap of combination weights with clients ordered by group (i mod G), as the paper's Fig. 2-3."""
+    """Heatmap of combination weights with clients ordered by group (i mod G), as the paper's Fig. 2-3.
+
+    Args:
+      weights: ``[m, m]`` combination weights, row ``i`` for target client ``i``.
+      client_ids: ``[m]`` the clients' ids (group ``id mod num_groups``).
+      num_groups: ``G``, the number of client groups.
+      path: the PNG file to write (atomically).
+      title: the figure title.
+
+    Returns:
+      None; the figure is written to ``path``.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     plot_weights(np.eye(2), np.array([0, 1]), 2, Path(d) / "w.png", "demo")
+    ...     (Path(d) / "w.png").stat().st_size > 0
+    True
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,6 +220,18 @@ def plot_weights(weights: np.ndarray, client_ids: np.ndarray, num_groups: int, p
 
 
 def run_fedpac(args: argparse.Namespace) -> dict:
+    """``pflax run fedpac``: train FedPAC, evaluate every ``--eval-every`` rounds, checkpoint and write the results.
+
+    Args:
+      args: parsed ``run`` arguments with the defaults filled in (as :func:`main` does).
+
+    Returns:
+      The content of the written ``results.json``. Invalid settings or data end it with ``SystemExit``.
+
+    >>> args = build_parser().parse_args(["run", "fedpac", "--model", "mlp", "--no-cc", "--quiet"])
+    >>> args.algorithm, args.no_cc, args.qp_mode
+    ('fedpac', True, 'exact')
+    """
     import jax
 
     from . import checkpoint, fedpac
@@ -215,30 +253,18 @@ def run_fedpac(args: argparse.Namespace) -> dict:
         raise SystemExit(f"pflax: {err}") from err
     state = _init_checked(fedpac, args, model, train, test, config)
 
-    out = Path(args.out)
-    _remove_stale_temp_files(out)
-    checkpoints = out / "checkpoints"
-    run_fingerprint = {k: v for k, v in sorted(vars(args).items()) if k not in NOT_FINGERPRINTED}
+    out, checkpoints, run_fingerprint = _prepare_output(args)
     history: list[dict] = []
     personalized: list[dict] = []
     last_weights, last_ids = None, None
     round_times = []
     resumed_at: list[int] = []
     summary_holder: dict = {}
-    start = 0
-    if args.resume:
-        try:
-            restored = checkpoint.restore(checkpoints, state, run=run_fingerprint)
-        except checkpoint.CheckpointError as err:
-            raise SystemExit(f"pflax: cannot resume: {err}") from err
-        if restored.step > args.rounds:
-            raise SystemExit(f"pflax: cannot resume: the checkpoint is at round {restored.step}, past --rounds {args.rounds}")
-        state, start, saved = restored.state, restored.step, restored.extra
+    state, start, saved = _resume_or_start(args, checkpoints, state, run_fingerprint)
+    if saved is not None:
         history, personalized, round_times = saved["history"], saved["personalized_history"], saved["round_times"]
         last_weights, last_ids = np.asarray(saved["last_weights"], np.float32), np.asarray(saved["last_ids"], np.int32)
         resumed_at = saved["resumed_at"] + [start]
-    elif checkpoints.exists():
-        shutil.rmtree(checkpoints)  # a fresh run replaces an old run's checkpoints, as it replaces its results
 
     def save_checkpoint() -> None:
         extra = {
@@ -265,15 +291,7 @@ def run_fedpac(args: argparse.Namespace) -> dict:
             "evaluated_model": "each client's personalized model (global body + its combined head) after the last "
             "completed round, on its own test split; acc_before/acc_after per round are over that round's "
             "participants (before = received personalized model, after = locally trained model)",
-            "args": vars(args),
-            "config": {k: (str(v) if k == "execution" else v) for k, v in dataclasses.asdict(config).items()},
-            "jax": {"version": jax.__version__, "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]},
-            "rounds_completed": len(history),
-            "resumed_at_rounds": resumed_at,
-            "final_accuracy": summary,
-            "final_per_client": final,
-            "history": history,
-            "personalized_history": personalized,
+            **_run_record(args, config, history, personalized, resumed_at, summary, final),
             "final_combination_weights": np.asarray(last_weights).tolist(),
             "final_combination_client_ids": np.asarray(last_ids).tolist(),
             "timing": {
@@ -398,6 +416,52 @@ def _make_model(args: argparse.Namespace, dataset):
     return fedpac_cnn("cifar10" if dataset.x_train.shape[-1] == 3 else "fmnist", dataset.num_classes)
 
 
+def _prepare_output(args: argparse.Namespace) -> tuple[Path, Path, dict]:
+    """The run's output folder (stale temporary files removed), its checkpoint folder, and the
+    fingerprint of the arguments that change what is computed (a resume refuses a different one)."""
+    out = Path(args.out)
+    _remove_stale_temp_files(out)
+    return out, out / "checkpoints", {k: v for k, v in sorted(vars(args).items()) if k not in NOT_FINGERPRINTED}
+
+
+def _resume_or_start(args: argparse.Namespace, checkpoints: Path, state, fingerprint: dict):
+    """``(state, first round, saved extras)``: with ``--resume``, the latest checkpoint (refused if it
+    was written by a run with other arguments, or is past ``--rounds``); else ``(state, 0, None)`` and
+    an old run's checkpoints are removed, as a fresh run replaces its results."""
+    from . import checkpoint
+
+    if not args.resume:
+        if checkpoints.exists():
+            shutil.rmtree(checkpoints)
+        return state, 0, None
+    try:
+        restored = checkpoint.restore(checkpoints, state, run=fingerprint)
+    except checkpoint.CheckpointError as err:
+        raise SystemExit(f"pflax: cannot resume: {err}") from err
+    if restored.step > args.rounds:
+        raise SystemExit(f"pflax: cannot resume: the checkpoint is at round {restored.step}, past --rounds {args.rounds}")
+    return restored.state, restored.step, restored.extra
+
+
+def _run_record(args: argparse.Namespace, config, history: list, personalized: list, resumed_at: list,
+                summary: dict, final: list) -> dict:
+    """The part of ``results.json`` every run writes: its arguments and config, the JAX it ran on, and
+    the per-round and final results."""
+    import jax
+
+    return {
+        "args": vars(args),
+        "config": {k: (str(v) if k == "execution" else v) for k, v in dataclasses.asdict(config).items()},
+        "jax": {"version": jax.__version__, "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]},
+        "rounds_completed": len(history),
+        "resumed_at_rounds": resumed_at,
+        "final_accuracy": summary,
+        "final_per_client": final,
+        "history": history,
+        "personalized_history": personalized,
+    }
+
+
 def _init_checked(mod, args: argparse.Namespace, model, train, test, config):
     """``mod.init`` from ``--seed``, then its eager input checks; bad data ends the CLI with the reason."""
     import jax
@@ -413,7 +477,21 @@ def _init_checked(mod, args: argparse.Namespace, model, train, test, config):
 
 
 def baseline_config(mod, args: argparse.Namespace):
-    """``mod.Config`` of a ``pflax run <baseline>``: the common SGD options it has, then ``--set`` overrides."""
+    """``mod.Config`` of a ``pflax run <baseline>``: the common SGD options it has, then ``--set`` overrides.
+
+    Args:
+      mod: the algorithm's registry entry (:data:`pflax.algorithms.REGISTRY`).
+      args: the parsed ``run`` arguments.
+
+    Returns:
+      A ``mod.Config``; an unknown or unreadable ``--set`` ends with ``SystemExit``.
+
+    >>> from pflax.algorithms import REGISTRY
+    >>> args = build_parser().parse_args(["run", "ditto", "--lr", "0.05", "--set", "prox_mu=0.5"])
+    >>> cfg = baseline_config(REGISTRY["ditto"], args)
+    >>> cfg.lr, cfg.prox_mu
+    (0.05, 0.5)
+    """
     from .core.execution import Execution
 
     common = dict(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, batch_size=args.batch_size,
@@ -428,7 +506,17 @@ def baseline_config(mod, args: argparse.Namespace):
 def run_baseline(args: argparse.Namespace) -> dict:
     """Any registry algorithm but FedPAC: same data, outputs, checkpoints and resume as FedPAC's run.
     Evaluated every ``--eval-every`` rounds: each client's personalized model (as the module's
-    ``evaluate`` defines it) on its own test split."""
+    ``evaluate`` defines it) on its own test split.
+
+    Args:
+      args: parsed ``run`` arguments with the defaults filled in (as :func:`main` does).
+
+    Returns:
+      The content of the written ``results.json``.
+
+    >>> build_parser().parse_args(["run", "fedprox", "--local-epochs", "1", "--checkpoint-every", "0"]).checkpoint_every
+    0
+    """
     import jax
 
     from . import checkpoint
@@ -446,25 +534,15 @@ def run_baseline(args: argparse.Namespace) -> dict:
     def evaluate(st):
         return mod.evaluate(st, test, train)
 
-    out = Path(args.out)
-    _remove_stale_temp_files(out)
-    checkpoints = out / "checkpoints"
-    run_fingerprint = {k: v for k, v in sorted(vars(args).items()) if k not in NOT_FINGERPRINTED}
+    out, checkpoints, run_fingerprint = _prepare_output(args)
     history: list[dict] = []
     personalized: list[dict] = []
     round_times: list[float] = []
     resumed_at: list[int] = []
-    start = 0
-    if args.resume:
-        try:
-            restored = checkpoint.restore(checkpoints, state, run=run_fingerprint)
-        except checkpoint.CheckpointError as err:
-            raise SystemExit(f"pflax: cannot resume: {err}") from err
-        state, start, saved = restored.state, restored.step, restored.extra
+    state, start, saved = _resume_or_start(args, checkpoints, state, run_fingerprint)
+    if saved is not None:
         history, personalized, round_times = saved["history"], saved["personalized_history"], saved["round_times"]
         resumed_at = saved["resumed_at"] + [start]
-    elif checkpoints.exists():
-        shutil.rmtree(checkpoints)
 
     def write_results(done: bool) -> dict:
         final = personalized[-1]["accuracy"]
@@ -477,15 +555,7 @@ def run_baseline(args: argparse.Namespace) -> dict:
             "evaluated_model": f"each client's personalized model as pflax.{mod.name}.evaluate defines it"
             + (" (personalised on its training split at evaluation time)" if needs_train else "")
             + f", after round {personalized[-1]['round']}, on its own test split",
-            "args": vars(args),
-            "config": {k: (str(v) if k == "execution" else v) for k, v in dataclasses.asdict(config).items()},
-            "jax": {"version": jax.__version__, "backend": jax.default_backend()},
-            "rounds_completed": len(history),
-            "resumed_at_rounds": resumed_at,
-            "final_accuracy": summary,
-            "final_per_client": final,
-            "history": history,
-            "personalized_history": personalized,
+            **_run_record(args, config, history, personalized, resumed_at, summary, final),
             "timing": {"first_round_s_incl_compile": round_times[0], "mean_round_s_after_first": float(np.mean(steady)),
                        "total_s": time.time() - t_start},
         }
@@ -561,6 +631,18 @@ def _plot_personalized(personalized: list[dict], path: Path, title: str) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``pflax`` entry point: parse ``argv``, fill in the defaults, run the algorithm.
+
+    Args:
+      argv: the arguments; ``None`` reads ``sys.argv[1:]``, and ``[]`` means ``["run"]`` (the offline
+        FedPAC demo on the synthetic federation).
+
+    Returns:
+      The exit status: 0 after a run, 2 (with the help printed) without a sub-command.
+
+    >>> build_parser().parse_args(["run"]).algorithm  # what main([]) runs
+    'fedpac'
+    """
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         argv = ["run"]

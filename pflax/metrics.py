@@ -12,16 +12,54 @@ Array = jax.Array
 
 
 def masked_accuracy(logits: Array, labels: Array, mask: Array) -> Array:
-    """Fraction correct over real samples (0 for a client with no test samples)."""
+    """Fraction correct over real samples (0 for a client with no test samples).
+
+    Args:
+      logits: ``[n, C]`` scores.
+      labels: ``[n]`` integer classes.
+      mask: ``[n]`` bool, the real samples.
+
+    Returns:
+      A scalar in ``[0, 1]``.
+
+    >>> import jax.numpy as jnp
+    >>> float(masked_accuracy(jnp.array([[0.0, 1.0], [1.0, 0.0]]), jnp.array([1, 1]), jnp.array([True, False])))
+    1.0
+    """
     return masked_mean(correct(logits, labels), mask)
 
 
 def masked_loss(logits: Array, labels: Array, mask: Array) -> Array:
+    """Mean softmax cross-entropy over real samples (0 for a client with no samples).
+
+    Args:
+      logits, labels, mask: as in :func:`masked_accuracy`.
+
+    Returns:
+      A scalar loss.
+
+    >>> import jax.numpy as jnp
+    >>> round(float(masked_loss(jnp.zeros((2, 2)), jnp.array([0, 1]), jnp.array([True, True]))), 3)
+    0.693
+    """
     return masked_mean(cross_entropy(logits, labels), mask)
 
 
 def chunked_logits(apply: Callable[[Array], Array], x: Array, chunk: int = 1000) -> Array:
-    """Logits over a client's padded test set in fixed-size chunks (bounded activation memory)."""
+    """Logits over a client's padded test set in fixed-size chunks (bounded activation memory).
+
+    Args:
+      apply: ``x_chunk -> logits_chunk``, e.g. ``lambda x: model.apply(params, x)``.
+      x: ``[n, ...]`` inputs.
+      chunk: rows per call.
+
+    Returns:
+      ``[n, C]`` logits.
+
+    >>> import jax.numpy as jnp
+    >>> chunked_logits(lambda x: x.reshape(len(x), -1), jnp.zeros((3, 2, 2)), chunk=2).shape
+    (3, 4)
+    """
     from .core.train import batched_apply
 
     return batched_apply(apply, x, chunk)
@@ -59,6 +97,19 @@ def summarize(accuracy: np.ndarray, n: np.ndarray | None = None, local_only_accu
       (0 when every ``n_i`` is 0);
     * with ``local_only_accuracy``: ``local_only_mean``, ``mean_gain`` (mean of acc_i - local_i),
       ``ipr`` (share of clients with a strictly positive gain) and ``rsd`` (population std of the gains).
+
+    Args:
+      accuracy: ``[N]`` per-client accuracies in [0, 1].
+      n: ``[N]`` per-client sample counts, or ``None``.
+      local_only_accuracy: ``[N]`` Local-only accuracies of the same clients, or ``None``.
+      sizes: the older name of ``n``.
+
+    Returns:
+      A dict with the keys above (floats, accuracies in %).
+
+    >>> s = summarize(np.array([0.5, 1.0]), n=np.array([1, 3]), local_only_accuracy=np.array([0.5, 0.5]))
+    >>> s["mean"], s["worst"], s["weighted_mean"], s["ipr"]
+    (75.0, 50.0, 87.5, 50.0)
     """
     if n is not None and sizes is not None:
         raise TypeError("pass the sample counts once, as n (sizes= is the older name)")
@@ -93,7 +144,18 @@ def summarize(accuracy: np.ndarray, n: np.ndarray | None = None, local_only_accu
 
 def ipr_rsd(acc_fl: np.ndarray, acc_local: np.ndarray) -> tuple[float, float]:
     """FedCollab eqs. (11)-(12): share of clients strictly improved over local training, and the
-    population std of the per-client gains (both in %)."""
+    population std of the per-client gains (both in %).
+
+    Args:
+      acc_fl: ``[N]`` per-client accuracies of the federated method, in [0, 1].
+      acc_local: ``[N]`` the same clients' Local-only accuracies, in [0, 1].
+
+    Returns:
+      ``(ipr, rsd)`` in %.
+
+    >>> ipr_rsd(np.array([0.5, 1.0]), np.array([0.5, 0.5]))
+    (50.0, 25.0)
+    """
     gain = (np.asarray(acc_fl, np.float64) - np.asarray(acc_local, np.float64)) * 100.0
     return float(np.mean(gain > 0) * 100.0), float(gain.std())
 
@@ -117,6 +179,16 @@ def evaluated_model(model: str, round: int, stage: str = "after_aggregation", cl
     ``"participants"`` (the official FedPAC printout averages participants only). ``split``: which data
     (``"test"``). ``total_rounds``: the run's length, when known. ``extra``: any further JSON-able fields
     (e.g. ``fine_tune_epochs=5``).
+
+    Args:
+      model, round, stage, clients, split, total_rounds, extra: as above.
+
+    Returns:
+      A JSON-able dict, with ``stage_meaning`` spelled out; ``ValueError`` on an invalid field.
+
+    >>> r = evaluated_model("global FedAvg model", 100, total_rounds=200, fine_tune_epochs=5)
+    >>> r["stage"], r["total_rounds"], r["fine_tune_epochs"]
+    ('after_aggregation', 200, 5)
     """
     if not isinstance(model, str) or not model.strip():
         raise ValueError("model must be a non-empty description of the evaluated parameters")

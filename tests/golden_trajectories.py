@@ -1,7 +1,7 @@
 """Golden trajectories: three rounds of every registry algorithm on one small fixed federation.
 
 The digests in ``tests/golden/trajectories.json`` were recorded before the algorithm-contract
-redesign; ``tests/test_golden.py`` replays every algorithm and asks for the same bits. Each array is
+redesign; ``tests/test_contract.py`` replays every algorithm and asks for the same bits. Each array is
 reduced to its shape, dtype and SHA-256 of its bytes (plus its float64 sum, only to say how far a
 mismatch is). State leaves are compared as a multiset of digests, so moving a tree inside the state
 (a new layout) is allowed while changing any value is not.

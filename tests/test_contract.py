@@ -1,11 +1,17 @@
 """The algorithm contract, for every registry entry: the signatures, identical outputs for identical
-inputs, no retrace after the first round, and a finite state after two rounds on a federation with
-an empty client and a class that no client has."""
+inputs, no retrace after the first round, a finite state after two rounds on a federation with an
+empty client and a class that no client has, and the golden trajectories: three rounds reproduce,
+bit for bit on the CPU (``map`` strategy), the state leaves, round metrics and evaluation recorded
+before the contract redesign (``golden_trajectories.py``).
+
+The two share shapes and configs, and live in one file so that one process compiles each
+algorithm's round once for both."""
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
+import json
 
 import jax
 import numpy as np
@@ -118,3 +124,35 @@ def test_finite_with_an_empty_client_and_a_class_missing_everywhere(name):
     assert np.asarray(evaluation["accuracy"]).shape == (len(TEST_SIZES),)
     assert np.all(np.isfinite(np.asarray(evaluation["accuracy"], np.float64)))
     np.testing.assert_array_equal(np.asarray(evaluation["n"]), TEST_SIZES)
+
+
+# ------------------------------------------------------------------------------ golden trajectories
+RECORDED = json.loads(golden.GOLDEN.read_text())["algorithms"]
+
+
+def _mismatch(what: str, expected, actual) -> str:
+    return f"{what}: expected {expected}, got {actual}"
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the trajectories were recorded with XLA:CPU's arithmetic")
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_trajectory_is_bit_identical(name):
+    module = REGISTRY[name]
+
+    def run_round(state, batch, test):
+        return module.round(state, batch, test)
+
+    def run_evaluate(state, test, train):
+        return module.evaluate(state, test, train)
+
+    actual = golden.trajectory(name, module, run_round, run_evaluate, module.sample_clients)
+    expected = RECORDED[name]
+    assert len(actual) == len(expected)
+    for t, (got, want) in enumerate(zip(actual, expected)):
+        assert want["metrics"].keys() <= got["metrics"].keys(), f"round {t + 1}: a recorded metric is missing"
+        for kind in ("metrics", "evaluate"):
+            for key in want[kind]:
+                assert got[kind][key] == want[kind][key], _mismatch(f"round {t + 1} {kind}[{key!r}]", want[kind][key], got[kind][key])
+        missing = [d for d in want["state"] if d not in got["state"]]
+        extra = [d for d in got["state"] if d not in want["state"]]
+        assert not missing and not extra, f"round {t + 1} state leaves differ:\n expected {missing}\n got {extra}"

@@ -20,3 +20,23 @@ def test_docstring_examples_run(name):
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.failed == 0, f"{result.failed} of {result.attempted} doctest examples failed in {name}"
+
+
+def _public_without_example(name: str) -> list[str]:
+    import ast
+    import inspect
+
+    module = importlib.import_module(name)
+    tree = ast.parse(inspect.getsource(module))
+    missing = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            doc = ast.get_docstring(node) or ""
+            if ">>>" not in doc:
+                missing.append(node.name)
+    return missing
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_public_functions_carry_an_example(name):
+    assert _public_without_example(name) == [], f"{name}: public names without a docstring example"

@@ -44,6 +44,9 @@ class Config(base.SGDConfig):
 
     Attributes:
       alpha: the personal model's share of the mixture ``alpha v_i + (1 - alpha) w``, in [0, 1].
+
+    >>> Config().alpha, Config(alpha=0.5, local_epochs=1).alpha
+    (0.25, 0.5)
     """
 
     alpha: float = 0.25
@@ -80,7 +83,16 @@ def local_update(w, participant: dict, model, cfg: Config):
       model, cfg: the split model and the config.
 
     Returns:
-      ``(w_i, v_i, {"n", "loss"})``.
+      ``(w_i, v_i, {"n", "loss"})``: the trained global copy it uploads, its new local model, and its
+      sample count and mean training loss.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(3, hidden=(2,))
+    >>> w = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.ones((1, 4)))  # shapes only
+    >>> p = dict(x=jnp.ones((4, 4)), y=jnp.zeros(4, int), mask=jnp.ones(4, bool), key=jax.random.PRNGKey(1))
+    >>> w_i, v_i, m = jax.eval_shape(lambda w: local_update(w, {**p, "client": w}, model, Config(local_epochs=1)), w)
+    >>> v_i["head"]["TorchDense_0"]["kernel"].shape, sorted(m)
+    ((2, 3), ['loss', 'n'])
     """
     ce = base.ce_loss(model)
 

@@ -62,7 +62,24 @@ __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    """CFL's split criterion (module docstring) on top of FedPAC's common SGD setting."""
+    """CFL's split criterion (module docstring; Sattler et al., 2020, Algorithm 1) on top of FedPAC's
+    common SGD setting.
+
+    Attributes:
+      eps1: split only when the norm of the cluster's mean update is below this.
+      eps2: split only when some member's update norm is above this.
+      min_cluster_size: split only clusters with more participants (with data) than this, >= 2.
+      start_round: no split before this round.
+      max_clusters: the static number of cluster slots.
+      linkage: ``"complete"`` (the official code) or ``"single"`` (the paper's criterion).
+
+    >>> Config().eps1, Config().eps2, Config().linkage
+    (0.4, 1.6, 'complete')
+    >>> Config(linkage="average")
+    Traceback (most recent call last):
+    ...
+    ValueError: CFL linkage must be 'complete' or 'single', got 'average'
+    """
 
     eps1: float = 0.4
     eps2: float = 1.6
@@ -84,7 +101,23 @@ class Config(base.SGDConfig):
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """Every slot starts as the one initial model (FedAvg's for the same key), only slot 0 active;
-    every client in cluster 0."""
+    every client in cluster 0.
+
+    Args:
+      key: PRNG key; the model comes from the first of ``split(key, 3)``.
+      model: a split model; sample_x: one client's inputs (only ``sample_x[:1]``'s shape is used).
+      num_clients: ``N``; config: :class:`Config` (``max_clusters`` slots).
+
+    Returns:
+      ``State`` with ``server = {"models": [max_clusters, ...], "active": [max_clusters]}`` and
+      ``clients = {"cluster": 0}`` for every client.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), jnp.zeros((1, 8, 8, 1)), 5,
+    ...              Config(max_clusters=3))
+    >>> state.server["active"].tolist(), state.clients["cluster"].tolist()
+    ([True, False, False], [0, 0, 0, 0, 0])
+    """
     params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
     active = jnp.zeros((config.max_clusters,), bool).at[0].set(True)
     server = {"models": federated.broadcast_rows(params, config.max_clusters), "active": active}
@@ -92,8 +125,13 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
 
 
 def cosine_similarities(rows):
-    """``[m, m]`` cosine similarities of update vectors ``rows [m, P]``; a zero vector has similarity 0
-    to everything.
+    """Pairwise cosine similarities of update vectors, with a guarded norm.
+
+    Args:
+      rows: ``[m, P]`` flattened updates ``dtheta_i``.
+
+    Returns:
+      ``[m, m]`` similarities; a zero vector has similarity 0 to everything (itself included).
 
     >>> import jax.numpy as jnp
     >>> cosine_similarities(jnp.array([[1.0, 0.0], [0.0, 0.0]])).tolist()
@@ -186,7 +224,18 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     """CFL's round: broadcast the cluster models; each participant trains its cluster's model and
-    uploads it with its update; the server splits clusters and takes the per-cluster means."""
+    uploads it with its update; the server splits clusters and takes the per-cluster means.
+
+    Args:
+      model: the split model the cluster slots hold; cfg: :class:`Config` (the split criterion).
+
+    Returns:
+      The :class:`pflax.core.federated.RoundPieces` that :func:`pflax.core.federated.run_round` runs.
+
+    >>> import pflax
+    >>> type(pieces_for(pflax.models.mlp(10, hidden=(8,)), Config())).__name__
+    'RoundPieces'
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda server, participant: _local_update(server, participant, model, cfg),

@@ -48,6 +48,10 @@ class Config(base.SGDConfig):
     """``num_clusters`` models (default 3) on top of FedPAC's common SGD setting (lr 0.01, momentum 0.5,
     weight decay 5e-4, batch 50, E = 5).
 
+    Attributes:
+      num_clusters: k, the models on the server (>= 1).
+      (and :class:`pflax.algorithms.base.SGDConfig`'s fields.)
+
     >>> Config(num_clusters=5).num_clusters
     5
     """
@@ -90,6 +94,12 @@ def average_groups(state: State, batch, uploads: dict, reduced: dict):
       reduced: ``{"sum": summed grouped terms, ...}``.
     Returns:
       ``(new stack, None, metrics)``.
+
+    >>> from types import SimpleNamespace
+    >>> term = aggregate.grouped_term({"w": jnp.array([[2.0], [2.0]])}, jnp.array([4.0, 0.0]))  # all on model 0
+    >>> stack, _, _ = average_groups(SimpleNamespace(server={"w": jnp.array([[0.0], [9.0]])}), None, {}, {"sum": term})
+    >>> stack["w"].tolist()  # model 1 had no weight: kept
+    [[2.0], [9.0]]
     """
     metrics = {k: v for k, v in uploads.items() if k != "client"}
     return aggregate.grouped_means(reduced["sum"], fallback=state.server), None, metrics
@@ -106,6 +116,9 @@ def member_means(params: PyTree, assign: Array, n: Array, k: int, fallback: PyTr
       fallback: ``[k, ...]`` the models kept where a cluster has no weight.
     Returns:
       ``[k, ...]``: mean ``j`` of the members of ``j``, weighted by ``n``.
+
+    >>> member_means({"w": jnp.array([1.0, 3.0])}, jnp.array([1, 1]), jnp.ones(2), 2, {"w": jnp.array([7.0, 0.0])})["w"].tolist()
+    [7.0, 2.0]
     """
     return base.per_cluster_mean(params, jax.nn.one_hot(assign, k) * n[:, None], fallback)
 
@@ -113,7 +126,20 @@ def member_means(params: PyTree, assign: Array, n: Array, k: int, fallback: PyTr
 def assigned_score(models_of: Callable[[PyTree], PyTree] = lambda server: server) -> Callable:
     """A ``score(client, server, model, config)`` for :func:`algorithm`: the accuracy of the model of
     the client's cluster (``client["client"]["cluster"]``) in the stack ``models_of(server)`` on the
-    client's test split. A client that never participated is scored on model 0."""
+    client's test split. A client that never participated is scored on model 0.
+
+    Args:
+      models_of: picks the stack of models out of the server state (default: the server itself).
+    Returns:
+      ``score(client, server, model, config) -> accuracy``.
+
+    >>> from types import SimpleNamespace
+    >>> score = assigned_score()
+    >>> c = {"x": jnp.eye(2), "y": jnp.array([0, 1]), "mask": jnp.ones(2, bool)}
+    >>> scaled = SimpleNamespace(apply=lambda p, x: p * x)  # model j scales the inputs by stack[j]
+    >>> [float(score({**c, "client": {"cluster": j}}, jnp.array([1.0, -1.0]), scaled, None)) for j in (0, 1)]
+    [1.0, 0.0]
+    """
 
     def score(c: dict, server: PyTree, model, cfg) -> Array:
         return base.accuracy_of(model, base.pick(models_of(server), c["client"]["cluster"]), c)
@@ -125,5 +151,22 @@ def algorithm(name: str, Config: type, init: Callable, pieces_for: Callable, sco
               summary: str) -> federated.Algorithm:
     """The registry entry of a clustered method (:func:`pflax.core.federated.build`): ``round`` runs
     ``pieces_for(model, config)`` and ``evaluate`` scores every client with ``score(client, server,
-    model, config)``; ``check_inputs`` is the common one."""
+    model, config)``; ``check_inputs`` is the common one.
+
+    Args:
+      name: the registry name.
+      Config: the method's config class (a :class:`Config`).
+      init: ``init(key, model, sample_x, num_clients, config) -> State``.
+      pieces_for: ``(model, config) -> RoundPieces``.
+      score: e.g. :func:`assigned_score`.
+      summary: one line for ``pflax list``.
+    Returns:
+      the :class:`pflax.core.federated.Algorithm`.
+
+    >>> def init(key, model, sample_x, num_clients, config=Config()):  # a placeholder
+    ...     return None
+    >>> entry = algorithm("mine", Config, init, lambda model, cfg: None, assigned_score(), "a demo")
+    >>> entry.name, entry.Config().num_clusters
+    ('mine', 3)
+    """
     return federated.build(name, Config, init, pieces_for, score, summary, base.check_inputs)

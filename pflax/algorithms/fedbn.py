@@ -28,7 +28,15 @@ __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_
 
 @dataclasses.dataclass(frozen=True)
 class Config(leafwise.Config):
-    """FedPick's SGD setting; the sharing rule is "everything but BN"."""
+    """FedPick's SGD setting; the sharing rule is "everything but BN".
+
+    Attributes:
+      sharing: body and head averaged, BatchNorm leaves local (``leafwise.rule("fedbn")``).
+      (and :class:`pflax.algorithms.leafwise.TrainingConfig`'s fields: lr 0.01, momentum 0.5, batch 64, ...)
+
+    >>> Config().batch_size, Config().sharing == Sharing(("body", "head"), bn=False)
+    (64, True)
+    """
 
     sharing: Sharing = leafwise.RULES["fedbn"]["sharing"]
 

@@ -61,7 +61,14 @@ LOG_FLOOR = 1e-30
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    """``num_components`` = M mixture components (default 3) on top of FedPAC's common SGD setting."""
+    """FedEM's number of components on top of FedPAC's common SGD setting.
+
+    Attributes:
+      num_components: ``M``, the shared mixture components (default 3, FedPAC's Table 4), >= 1.
+
+    >>> Config().num_components
+    3
+    """
 
     num_components: int = 3
 
@@ -72,15 +79,46 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """``server`` = ``num_components`` independently initialised models (model 0 is FedAvg's initial
-    model); ``clients`` = uniform mixture weights ``{"pi": 1/M}``."""
+    """A round-0 FedEM state.
+
+    Args:
+      key: PRNG key; the components come from :func:`base.stacked_models` (component 0 is FedAvg's
+        initial model).
+      model: the split model every component instantiates.
+      sample_x: inputs of one client; only the shape of ``sample_x[:1]`` matters.
+      num_clients: ``N``.
+      config: :class:`Config`; ``num_components`` is ``M``.
+
+    Returns:
+      ``State`` with ``server`` = ``num_components`` independently initialised models on a leading axis
+      (model 0 is FedAvg's initial model) and ``clients`` = uniform mixture weights ``{"pi": 1/M}``.
+
+    >>> import jax, pflax
+    >>> train, _ = pflax.data.toy_federation(num_clients=3)
+    >>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[2], 3,
+    ...              Config(num_components=2))
+    >>> state.server["head"]["TorchDense_0"]["bias"].shape, state.clients["pi"].tolist()
+    ((2, 10), [[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]])
+    """
     m = config.num_components
     components = base.stacked_models(key, model, sample_x, m)
     return State.create(key, components, {"pi": jnp.full((m,), 1.0 / m, jnp.float32)}, num_clients, model, config)
 
 
 def component_logits(model, components, x):
-    """``[M, n, K]`` logits of every component of the stack ``components`` on the samples ``x``."""
+    """Every component's logits.
+
+    Args:
+      model: the split model; components: a stack of ``M`` parameter trees; x: samples ``[n, ...]``.
+
+    Returns:
+      ``[M, n, K]`` logits.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(3, hidden=(2,)); w = model.init(jax.random.PRNGKey(0), jnp.ones((1, 4)))
+    >>> component_logits(model, jax.tree.map(lambda a: jnp.stack([a, -a]), w), jnp.ones((3, 4))).shape
+    (2, 3, 3)
+    """
     return jax.lax.map(lambda params: batched_apply(lambda xb: model.apply(params, xb), x), components)
 
 
@@ -95,6 +133,16 @@ def responsibilities(model, components, pi, x, y, mask):
     Returns:
       ``q [M, n]``, the posterior of each component per sample (columns sum to 1 on real samples, 0 on
       padding).
+
+    Two identical components: the data cannot tell them apart, so ``q`` is the prior ``pi``.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(3, hidden=(2,)); twice = jax.tree.map(lambda a: jnp.stack([a, a]),
+    ...     model.init(jax.random.PRNGKey(0), jnp.ones((1, 4))))
+    >>> q = responsibilities(model, twice, jnp.array([0.75, 0.25]), jnp.ones((3, 4)), jnp.array([0, 1, 2]),
+    ...                      jnp.array([True, True, False]))
+    >>> (4 * q).round().astype(int).tolist()  # q = pi = [3/4, 1/4] on the two real samples
+    [[3, 3, 0], [1, 1, 0]]
     """
     losses = jax.vmap(lambda logits: cross_entropy(logits, y))(component_logits(model, components, x))  # [M, n]
     log_prior = jnp.log(jnp.maximum(pi, LOG_FLOOR))[:, None]
@@ -103,7 +151,22 @@ def responsibilities(model, components, pi, x, y, mask):
 
 
 def mixture_probabilities(model, components, pi, x):
-    """FedEM's prediction ``[n, K]``: ``sum_m pi_m softmax(h_m(x))`` for the mixture weights ``pi [M]``."""
+    """FedEM's prediction ``sum_m pi_m softmax(h_m(x))``.
+
+    Args:
+      model: the split model; components: the stack of ``M`` components; pi: ``[M]`` mixture weights;
+      x: samples ``[n, ...]``.
+
+    Returns:
+      ``[n, K]`` class probabilities (rows sum to 1).
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(3, hidden=(2,)); w = model.init(jax.random.PRNGKey(1), jnp.ones((1, 4)))
+    >>> probs = mixture_probabilities(model, jax.tree.map(lambda a: jnp.stack([a, 2 * a]), w), jnp.array([0.5, 0.5]),
+    ...                               jnp.ones((3, 4)))
+    >>> probs.shape, probs.sum(-1).round(3).tolist()
+    ((3, 3), [1.0, 1.0, 1.0])
+    """
     probs = jax.nn.softmax(component_logits(model, components, x), axis=-1)
     return jnp.einsum("m,mnk->nk", pi, probs, precision=aggregate.EXACT)
 
@@ -132,7 +195,19 @@ def _local_update(components, participant: dict, model, cfg: Config) -> dict:
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     """FedEM's round: broadcast the ``M`` components; E-step, M-step for ``pi`` and responsibility-
-    weighted training of every component; responsibility-mass weighted means."""
+    weighted training of every component; responsibility-mass weighted means.
+
+    Args:
+      model: the architecture of every component; cfg: :class:`Config` (``num_components``).
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces` whose server step is
+      :func:`pflax.algorithms.clustered.average_groups`.
+
+    >>> from pflax.models import mlp
+    >>> pieces_for(mlp(10, hidden=(8,)), Config()).server_update is clustered.average_groups
+    True
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda components, participant: _local_update(components, participant, model, cfg),

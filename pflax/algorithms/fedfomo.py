@@ -74,8 +74,17 @@ EXPLORE_STREAM = 0xF0E0
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    """FedFomo's ``num_downloads`` (``M``), ``val_ratio`` and exploration ``epsilon`` on top of the common
-    SGD setting."""
+    """FedFomo's download and validation setting on top of the common SGD setting.
+
+    Attributes:
+      num_downloads: ``M``, the models each participant downloads (FedPAC's baseline setting: 5).
+      val_ratio: the share of a client's training samples held out for validation, in (0, 1).
+      epsilon: the probability of downloading ``M`` random candidates instead (the paper's
+        epsilon-greedy exploration, constant here), in [0, 1].
+
+    >>> Config().num_downloads, Config().val_ratio, Config(epsilon=0.3).epsilon
+    (5, 0.2, 0.3)
+    """
 
     num_downloads: int = 5  # M
     val_ratio: float = 0.2
@@ -102,6 +111,12 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
     Returns:
       ``State`` with ``server = {"affinity": identity [N, N], "uploaded": False [N]}`` and ``clients`` =
       every client's copy of one initial model.
+
+    >>> import jax, pflax
+    >>> train, _ = pflax.data.toy_federation(num_clients=3)
+    >>> server = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 3).server
+    >>> server["affinity"].astype(int).tolist(), bool(server["uploaded"].any())
+    ([[1, 0, 0], [0, 1, 0], [0, 0, 1]], False)
     """
     params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
     server = {"affinity": jnp.eye(num_clients, dtype=jnp.float32), "uploaded": jnp.zeros((num_clients,), bool)}
@@ -112,7 +127,7 @@ def validation_split(mask, ratio: float):
     """A client's deterministic validation split (module docstring).
 
     Args:
-      mask: the client's real samples ``[n]``; ratio: ``val_ratio``.
+      mask: the client's real samples ``[n]`` (bool); ratio: ``val_ratio``.
 
     Returns:
       ``(train_mask, val_mask)``: ``floor(n_i * ratio)`` real samples, evenly spread, for validation.
@@ -217,7 +232,20 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     """FedFomo's round: per-participant downloads, weighted first-order combination and local
-    training, affinity update."""
+    training, affinity update.
+
+    Args:
+      model: the split model; cfg: :class:`Config` (``num_downloads``, ``val_ratio``, ``epsilon``).
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces` whose ``broadcast`` sends each participant its own
+      ``M`` downloads.
+
+    >>> import pflax
+    >>> pieces = pieces_for(pflax.models.mlp(10, hidden=(8,)), Config(num_downloads=2))
+    >>> pieces.broadcast.__name__, pieces.weights.__name__
+    ('_broadcast', 'sample_sizes')
+    """
     return federated.RoundPieces(
         broadcast=_broadcast,
         local_update=lambda message, participant: _local_update(message, participant, model, cfg),

@@ -46,12 +46,34 @@ __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    """FedNova adds no hyper-parameter to the common SGD setting (its momentum enters ``||a_i||_1``)."""
+    """FedNova adds no hyper-parameter to the common SGD setting (its momentum enters ``||a_i||_1``).
+
+    Attributes:
+      lr, momentum, weight_decay, batch_size, local_epochs, execution: as in the common setting
+        (FedPAC, Xu et al., ICLR 2023, Appendix B.3).
+
+    >>> Config().momentum, Config(momentum=0.0).momentum  # 0: ||a_i||_1 = tau_i, plain step counts
+    (0.5, 0.0)
+    """
 
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """A round-0 state (:meth:`State.from_model`): ``server`` = the global model; clients keep nothing."""
+    """A round-0 state (:meth:`State.from_model`).
+
+    Args:
+      key, model, sample_x, num_clients, config: as :meth:`State.from_model` takes them (the model from
+        ``split(key, 3)[0]``, its shapes from ``sample_x[:1]``, ``N`` clients, a :class:`Config`).
+
+    Returns:
+      ``State`` with ``server`` = the global model; clients keep nothing.
+
+    >>> import jax, pflax
+    >>> train, _ = pflax.data.toy_federation()
+    >>> state = init(jax.random.PRNGKey(1), pflax.models.mlp(10, hidden=(8,)), train.x[1], 2)
+    >>> state.server["body"]["TorchDense_0"]["kernel"].shape, state.clients
+    ((64, 8), {})
+    """
     return State.from_model(key, model, sample_x, num_clients, config)
 
 
@@ -106,7 +128,18 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
-    """FedNova's round: the global model to everyone, plain local SGD, normalised averaging."""
+    """FedNova's round: the global model to everyone, plain local SGD, normalised averaging.
+
+    Args:
+      model: the global model's architecture; cfg: :class:`Config` (its ``momentum`` sets ``||a_i||_1``).
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces`; its ``weights`` are ``n_i`` (0 for a client that takes no
+      step), known before training.
+
+    >>> pieces_for(None, Config()).weights.__name__  # the model is only used when the pieces run
+    '_weights'
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda params, participant: _local_update(params, participant, model, cfg),

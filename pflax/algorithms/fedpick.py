@@ -83,7 +83,25 @@ class Config(leafwise.TrainingConfig):
     epoch, no weight decay). :meth:`office` gives the Office-Caltech-10 / DomainNet row.
 
     What the server averages (:attr:`sharing`) follows from the switches ``share_bn`` and
-    ``share_pfsm`` (Table IV's ablations); it is not set directly."""
+    ``share_pfsm`` (Table IV's ablations); it is not set directly.
+
+    Attributes:
+      tau: Gumbel-sigmoid temperature (> 0).
+      lam_lce, lam_ent, lam_dis: eq. (15)'s weights of the selected-branch CE, the rejected branch's
+        negative entropy and the symmetric KL (>= 0).
+      threshold: the hard mask's cut on ``m^s``, in (0, 1).
+      mask: ``"hard"`` (straight-through) or ``"soft"``.
+      ensemble: ``"logits"`` (``y^g + y^p``), ``"probs"`` or ``"none"`` (``y^g`` alone).
+      kl_stop_gradient: distil each branch toward a constant copy of the other.
+      use_pfsm: False is Table IV's "w/o PFSM" (exactly FedBN).
+      share_bn, share_pfsm: also average the BN leaves / the PFSM.
+
+    >>> Config().tau, Config.office().tau, Config(share_pfsm=True).sharing.parts
+    (10.0, 1.0, ('body', 'head', 'pfsm'))
+    >>> Config(threshold=1.0)
+    Traceback (most recent call last):
+    ValueError: threshold must be in (0, 1), got 1.0
+    """
 
     tau: float = 10.0
     lam_lce: float = 10.0
@@ -120,6 +138,7 @@ class Config(leafwise.TrainingConfig):
 
     @classmethod
     def digits(cls, **kw) -> "Config":
+        """Digits-Five (Table III, the defaults): tau 10, lam_lce 10, lam_ent 0.001, lam_dis 10."""
         return cls(**{"tau": 10.0, "lam_lce": 10.0, "lam_ent": 0.001, "lam_dis": 10.0, **kw})
 
     @classmethod
@@ -129,7 +148,15 @@ class Config(leafwise.TrainingConfig):
 
 
 class MaskNetwork(nn.Module):
-    """phi_i: Linear(k -> k/2) -> ReLU -> Linear(k/2 -> k), PyTorch-default initialisation."""
+    """phi_i: Linear(k -> k/2) -> ReLU -> Linear(k/2 -> k), PyTorch-default initialisation.
+
+    Attributes:
+      features: k, the body's feature width (input and output).
+
+    >>> params = MaskNetwork(4).init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))["params"]
+    >>> jax.tree.map(jnp.shape, params)
+    {'fc0': {'bias': (2,), 'kernel': (4, 2)}, 'fc1': {'bias': (4,), 'kernel': (2, 4)}}
+    """
 
     features: int
 
@@ -146,6 +173,20 @@ def selection_mask(mask_logits: Array, key: Array | None, tau: float, threshold:
     ``hard``: exactly 0/1 in the forward pass, the sigmoid's gradient backward (straight-through,
     written ``hard + (soft - stop_gradient(soft))`` so the forward value is exactly binary).
     ``soft``: the relaxed mask ``m^s`` itself.
+
+    Args:
+      mask_logits: ``z^l``, the mask network's output.
+      key: PRNG key of the Logistic noise ``G' - G''``, or None.
+      tau: temperature.
+      threshold: the hard mask's cut on the sigmoid.
+      mode: ``"hard"`` or ``"soft"``.
+    Returns:
+      the mask, ``mask_logits``' shape.
+
+    >>> selection_mask(jnp.array([-1.0, 0.0, 2.0]), None, tau=10.0).tolist()
+    [0.0, 1.0, 1.0]
+    >>> selection_mask(jnp.array([0.0]), None, tau=1.0, mode="soft").tolist()
+    [0.5]
     """
     noise = rng.logistic(key, mask_logits.shape, mask_logits.dtype) if key is not None else 0.0
     u = (mask_logits + noise) / tau
@@ -159,14 +200,36 @@ def selection_mask(mask_logits: Array, key: Array | None, tau: float, threshold:
 
 
 def negative_entropy(logits: Array, weights: Array) -> Array:
-    """Masked batch mean of ``sum_c q_c log q_c`` with ``q = softmax(logits)``."""
+    """Masked batch mean of ``sum_c q_c log q_c`` with ``q = softmax(logits)``.
+
+    Args:
+      logits: ``[B, K]``.
+      weights: ``[B]`` sample weights.
+    Returns:
+      a scalar in ``[-log K, 0]``.
+
+    >>> print(f"{float(negative_entropy(jnp.zeros((2, 4)), jnp.ones(2))):.3f}")  # uniform: -log 4
+    -1.386
+    """
     logq = jax.nn.log_softmax(logits)
     return masked_mean(jnp.sum(jnp.exp(logq) * logq, axis=-1), weights)
 
 
 def symmetric_kl(logits_p: Array, logits_g: Array, weights: Array, stop_gradient: bool = False) -> Array:
     """Masked batch mean of ``KL(q^p || q^g) + KL(q^g || q^p)``. With ``stop_gradient``, the first
-    argument of each KL is a constant target (each branch is distilled toward the other)."""
+    argument of each KL is a constant target (each branch is distilled toward the other).
+
+    Args:
+      logits_p, logits_g: ``[B, K]`` the selected and the global branch.
+      weights: ``[B]`` sample weights.
+      stop_gradient: see above.
+    Returns:
+      a scalar >= 0.
+
+    >>> kl = symmetric_kl(jnp.log(jnp.array([[1.0, 3.0]])), jnp.zeros((1, 2)), jnp.ones(1))  # (1/4, 3/4) vs uniform
+    >>> print(f"{float(kl):.3f}")
+    0.275
+    """
     lp, lg = jax.nn.log_softmax(logits_p), jax.nn.log_softmax(logits_g)
     sg = jax.lax.stop_gradient if stop_gradient else (lambda a: a)
     kl_pg = jnp.sum(jnp.exp(sg(lp)) * (sg(lp) - lg), axis=-1)
@@ -177,7 +240,26 @@ def symmetric_kl(logits_p: Array, logits_g: Array, weights: Array, stop_gradient
 def forward(model: BNModel, cfg: Config, params: PyTree, stats: PyTree, x: Array, train: bool,
             mask: Array | None = None, key: Array | None = None) -> tuple[dict, PyTree]:
     """All branches' logits ``{"global", "selected", "rejected", "mask"}`` and the new BN statistics.
-    Noise is drawn only when ``train`` and a ``key`` is given."""
+    Noise is drawn only when ``train`` and a ``key`` is given.
+
+    Args:
+      model: a :class:`pflax.models.bn.BNModel`.
+      cfg: :class:`Config` (``use_pfsm``, ``tau``, ``threshold``, ``mask``).
+      params, stats: the variables' ``params`` and ``batch_stats`` (``pfsm`` included).
+      x: ``[B, ...]`` inputs.
+      train: training mode (batch statistics, noise).
+      mask: ``[B]`` real-sample mask for BatchNorm.
+      key: the noise key.
+    Returns:
+      ``(branches, new batch_stats)``; without the PFSM only ``{"global"}``.
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> model = BNModel(Linear(4), Linear(3), num_classes=3, feature_dim=4)  # linear body (4 features), heads
+    >>> v = init(jax.random.PRNGKey(0), model, jnp.zeros((1, 2)), 1).server
+    >>> out, _ = forward(model, Config(), v["params"], v["batch_stats"], jnp.ones((5, 2)), train=False)
+    >>> sorted(out), out["mask"].shape
+    (['global', 'mask', 'rejected', 'selected'], (5, 4))
+    """
     z, s_body = model.encode(params, stats, x, train, mask)
     y_g, s_head = model.classify(params["head"], stats["head"], z, train, mask)
     new_stats = {**stats, "body": s_body, "head": s_head}
@@ -193,7 +275,24 @@ def forward(model: BNModel, cfg: Config, params: PyTree, stats: PyTree, x: Array
 
 
 def loss_terms(model: BNModel, cfg: Config, params, stats, batch: dict, w: Array, key) -> tuple[dict, PyTree]:
-    """The four terms of eq. (15) (unweighted) and the new BN statistics."""
+    """The four terms of eq. (15) (unweighted) and the new BN statistics.
+
+    Args:
+      model, cfg, params, stats: as :func:`forward`.
+      batch: a minibatch ``{"x", "y"}``.
+      w: ``[B]`` sample weights.
+      key: the noise key.
+    Returns:
+      ``({"gce", "lce", "ent", "dis"}, new batch_stats)``; only ``gce`` without the PFSM.
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> model = BNModel(Linear(4), Linear(3), 3, 4)
+    >>> state = init(jax.random.PRNGKey(0), model, jnp.zeros((1, 2)), 1)
+    >>> terms, _ = loss_terms(model, Config(use_pfsm=False), state.server["params"], state.server["batch_stats"],
+    ...                       {"x": jnp.ones((5, 2)), "y": jnp.zeros(5, int)}, jnp.ones(5), None)
+    >>> sorted(terms)
+    ['gce']
+    """
     out, new_stats = forward(model, cfg, params, stats, batch["x"], True, w, key)
     terms = {"gce": masked_mean(cross_entropy(out["global"], batch["y"]), w)}
     if cfg.use_pfsm:
@@ -205,7 +304,22 @@ def loss_terms(model: BNModel, cfg: Config, params, stats, batch: dict, w: Array
 
 def objective(model: BNModel, cfg: Config, params, stats, batch, w, key):
     """Eq. (15): ``gce + lam_lce * lce + lam_ent * ent + lam_dis * dis`` (``gce`` alone without the
-    PFSM), and the new BN statistics; :data:`pflax.algorithms.leafwise.Objective`'s signature."""
+    PFSM), and the new BN statistics; :data:`pflax.algorithms.leafwise.Objective`'s signature.
+
+    Args:
+      model, cfg, params, stats, batch, w, key: as :func:`loss_terms`.
+    Returns:
+      ``(loss, new batch_stats)``.
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> tiny = BNModel(Linear(4), Linear(3), 3, 4)
+    >>> v = init(jax.random.PRNGKey(0), tiny, jnp.zeros((1, 2)), 1).server
+    >>> zero = jax.tree.map(jnp.zeros_like, v["params"])  # every branch's logits are 0
+    >>> loss, _ = objective(tiny, Config(lam_lce=1.0, lam_ent=0.0), zero, v["batch_stats"],
+    ...                     {"x": jnp.ones((2, 2)), "y": jnp.zeros(2, int)}, jnp.ones(2), jax.random.PRNGKey(1))
+    >>> print(f"{float(loss):.3f}")  # gce + lce = 2 log 3; dis = 0
+    2.197
+    """
     terms, new_stats = loss_terms(model, cfg, params, stats, batch, w, key)
     total = terms["gce"]
     if cfg.use_pfsm:
@@ -214,7 +328,22 @@ def objective(model: BNModel, cfg: Config, params, stats, batch, w, key):
 
 
 def predict(model: BNModel, cfg: Config, variables: PyTree, x: Array) -> Array:
-    """Evaluation-mode scores: ``y^g + y^p`` (default), the sum of probabilities, or ``y^g`` alone."""
+    """Evaluation-mode scores: ``y^g + y^p`` (default), the sum of probabilities, or ``y^g`` alone.
+
+    Args:
+      model: the BN model.
+      cfg: :class:`Config` (``ensemble``, ``use_pfsm``).
+      variables: one client's personalized ``{"params", "batch_stats"}``.
+      x: ``[B, ...]`` inputs.
+    Returns:
+      ``[B, num_classes]`` scores.
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> state = init(jax.random.PRNGKey(0), BNModel(Linear(4), Linear(3), 3, 4), jnp.zeros((1, 2)), 1)
+    >>> probs = predict(state.model, Config(ensemble="probs"), state.server, jnp.ones((5, 2)))
+    >>> probs.shape, bool(jnp.allclose(probs.sum(1), 2.0))  # two softmaxes summed: rows sum to 2
+    ((5, 3), True)
+    """
     out, _ = forward(model, cfg, variables["params"], variables["batch_stats"], x, False)
     if not cfg.use_pfsm or cfg.ensemble == "none":
         return out["global"]
@@ -236,6 +365,11 @@ def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: 
       config: :class:`Config`.
     Returns:
       the :class:`pflax.core.federated.State` (server and clients hold full variables).
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> state = init(jax.random.PRNGKey(0), BNModel(Linear(4), Linear(3), 3, 4), jnp.zeros((1, 2)), 2)
+    >>> sorted(state.clients["params"]["pfsm"]), state.clients["params"]["pfsm"]["mask"]["fc1"]["kernel"].shape
+    (['head_p', 'head_u', 'mask'], (2, 2, 4))
     """
     keys = jax.random.split(key, 5)
     variables = _initial_variables(model, keys[:4], sample_x[:1])
@@ -258,7 +392,17 @@ def _initial_variables(model: BNModel, keys: Array, sample_x: Array) -> PyTree:
 
 def pieces(model: BNModel, cfg: Config) -> federated.RoundPieces:
     """FedPick's round pieces: the leaf-level rule (:func:`pflax.algorithms.leafwise.pieces_for`)
-    with eq. (15) as the local objective."""
+    with eq. (15) as the local objective.
+
+    Args:
+      model: the BN model.
+      cfg: :class:`Config`.
+    Returns:
+      the :class:`pflax.core.federated.RoundPieces`.
+
+    >>> type(pieces(None, Config())).__name__
+    'RoundPieces'
+    """
     return leafwise.pieces_for(model, cfg, objective)
 
 
@@ -299,6 +443,13 @@ def mask_frequency(state: State, data: ClientData) -> Array:
       data: the clients' samples (any split).
     Returns:
       the selection frequencies, one row per client of ``data``.
+
+    >>> from pflax.data import ClientData
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> state = init(jax.random.PRNGKey(0), BNModel(Linear(4), Linear(3), 3, 4), jnp.zeros((1, 2)), 3)
+    >>> data = ClientData(jnp.ones((2, 5, 2)), jnp.zeros((2, 5), int), jnp.ones((2, 5), bool), jnp.array([0, 2]))
+    >>> mask_frequency(state, data).shape
+    (2, 4)
     """
     if not state.config.use_pfsm:
         raise ValueError("mask_frequency needs a FedPick state with use_pfsm=True")
@@ -321,7 +472,17 @@ def mask_frequency(state: State, data: ClientData) -> Array:
 
 def mask_overlap(frequency: np.ndarray, threshold: float = 0.5) -> np.ndarray:
     """Pairwise intersection-over-union of the feature sets clients select on most of their samples
-    (frequency > ``threshold``). Two empty sets have overlap 1."""
+    (frequency > ``threshold``). Two empty sets have overlap 1.
+
+    Args:
+      frequency: ``[clients, k]`` from :func:`mask_frequency`.
+      threshold: a feature is in a client's set above this frequency.
+    Returns:
+      ``[clients, clients]`` IoU matrix.
+
+    >>> mask_overlap(np.array([[0.9, 0.8, 0.1], [0.9, 0.1, 0.1]])).tolist()
+    [[1.0, 0.5], [0.5, 1.0]]
+    """
     sel = np.asarray(frequency) > threshold
     inter = (sel[:, None, :] & sel[None, :, :]).sum(-1)
     union = (sel[:, None, :] | sel[None, :, :]).sum(-1)
@@ -330,7 +491,22 @@ def mask_overlap(frequency: np.ndarray, threshold: float = 0.5) -> np.ndarray:
 
 def plot_mask_selection(frequency: np.ndarray, names: list[str], path: str, threshold: float = 0.5) -> None:
     """Two panels: per-client selection frequency of every feature (features ordered by how many
-    clients select them), and the clients' pairwise mask overlap (IoU)."""
+    clients select them), and the clients' pairwise mask overlap (IoU).
+
+    Args:
+      frequency: ``[clients, k]`` from :func:`mask_frequency`.
+      names: the clients' labels.
+      path: the image file to write.
+      threshold: as :func:`mask_overlap`.
+    Returns:
+      None (writes ``path``).
+
+    >>> import os, tempfile
+    >>> png = os.path.join(tempfile.mkdtemp(), "masks.png")
+    >>> plot_mask_selection(np.array([[0.9, 0.2], [0.6, 0.7]]), ["a", "b"], png)
+    >>> os.path.exists(png)
+    True
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -57,7 +57,14 @@ __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    """FedProto's prototype-regulariser weight ``lam`` on top of the common SGD setting."""
+    """FedProto's prototype-regulariser weight on top of the common SGD setting.
+
+    Attributes:
+      lam: the weight of ``MSE(f(x), C_y)`` in the local loss (the official code's ``ld``), >= 0.
+
+    >>> Config().lam, Config(lam=0.1).lam
+    (1.0, 0.1)
+    """
 
     lam: float = 1.0
 
@@ -80,6 +87,11 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
     Returns:
       ``State`` with ``server`` = no valid prototype yet (``{"protos": zeros [K, d], "valid": False
       [K]}``) and ``clients`` = every client's copy of one initial model.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), jnp.zeros((1, 8, 8, 1)), 3)
+    >>> state.server["protos"].shape, bool(state.server["valid"].any())
+    ((10, 8), False)
     """
     params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
     protos = {"protos": jnp.zeros((model.num_classes, model.feature_dim), jnp.float32),
@@ -95,6 +107,13 @@ def prototypes(model, body, x, y, mask):
 
     Returns:
       ``(means [K, d], counts [K])``; a class the client lacks has count 0 (and a zero mean).
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(3, hidden=(2,)); w = model.init(jax.random.PRNGKey(0), jnp.ones((1, 4)))
+    >>> y, mask = jnp.array([0, 0, 2]), jnp.array([True, True, False])  # class 2 only on padding
+    >>> means, counts = prototypes(model, w["body"], jnp.ones((3, 4)), y, mask)
+    >>> means.shape, counts.tolist()
+    ((3, 2), [2.0, 0.0, 0.0])
     """
     features = batched_apply(lambda xb: model.features(body, xb), x)
     sums = stats.class_sums(features, y, mask, model.num_classes)
@@ -110,6 +129,19 @@ def proto_loss(model, global_protos, lam: float):
 
     Returns:
       ``loss(params, batch, w)``; samples of classes without a valid prototype add nothing to the MSE.
+
+    An all-zero model (features 0, CE ``log 3``) against prototypes of ones: without a valid prototype
+    (round 0) the loss is the plain CE, with them it adds ``lam * MSE = 1``.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model, x = pflax.models.mlp(3, hidden=(2,)), jnp.ones((2, 4))
+    >>> w = jax.tree.map(jnp.zeros_like, model.init(jax.random.PRNGKey(0), x[:1]))
+    >>> batch = {"x": x, "y": jnp.array([0, 2])}
+    >>> for valid in (False, True):
+    ...     loss = jax.jit(proto_loss(model, {"protos": jnp.ones((3, 2)), "valid": jnp.full(3, valid)}, lam=1.0))
+    ...     print(f"{float(loss(w, batch, jnp.ones(2))):.3f}")
+    1.099
+    2.099
     """
     protos, valid = global_protos["protos"], global_protos["valid"]
 
@@ -135,7 +167,19 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
-    """FedProto's round: the global prototypes to everyone, local training, count-weighted prototypes."""
+    """FedProto's round: the global prototypes to everyone, local training, count-weighted prototypes.
+
+    Args:
+      model: the split model (its body's features span the prototypes); cfg: :class:`Config` (``lam``).
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces`; every participant receives the server's prototypes
+      (``no_broadcast``: the whole ``server``).
+
+    >>> import pflax
+    >>> pieces_for(pflax.models.mlp(10, hidden=(8,)), Config()).broadcast is federated.no_broadcast
+    True
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda protos, participant: _local_update(protos, participant, model, cfg),

@@ -60,7 +60,15 @@ ABSENT_CLASS_OFFSET = -1e9  # stands for log(0) without producing inf - inf = Na
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    """Fed-RoD's balanced-softmax exponent ``gamma`` (1: the paper's BSM) on top of the common SGD setting."""
+    """Fed-RoD's balanced-softmax exponent on top of the common SGD setting.
+
+    Attributes:
+      gamma: the exponent of ``n_{i,y}`` in the generic path's offsets ``gamma * log n_{i,y}`` (1: the
+        paper's balanced softmax; 0: plain CE), >= 0.
+
+    >>> Config(gamma=0.0).gamma  # no offsets: plain CE on the generic path too
+    0.0
+    """
 
     gamma: float = 1.0
 
@@ -83,6 +91,13 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
     Returns:
       ``State`` with ``server = {"body", "head"}`` (the generic model) and ``clients = {"personal":
       zero head}`` for every client.
+
+    >>> import jax, pflax
+    >>> train, _ = pflax.data.toy_federation()
+    >>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 4)
+    >>> head = state.clients["personal"]["TorchDense_0"]
+    >>> head["kernel"].shape, float(abs(head["kernel"]).sum())
+    ((4, 8, 10), 0.0)
     """
     params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
     personal = {"personal": jax.tree.map(jnp.zeros_like, params["head"])}
@@ -100,6 +115,14 @@ def personal_logits(model, shared, personal, x):
 
     Returns:
       Logits ``[n, K]``.
+
+    A zero personal head leaves the generic logits:
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(3, hidden=(2,)); w = model.init(jax.random.PRNGKey(0), jnp.ones((1, 4)))
+    >>> logits = personal_logits(model, w, jax.tree.map(jnp.zeros_like, w["head"]), jnp.ones((5, 4)))
+    >>> logits.shape, bool((logits == model.apply(w, jnp.ones((5, 4)))).all())
+    ((5, 3), True)
     """
     z = model.features(shared["body"], x)
     return model.logits_from_features(shared["head"], z) + model.logits_from_features(personal, z)
@@ -115,8 +138,9 @@ def balanced_offsets(y, mask, num_classes: int, gamma: float):
       ``[K]`` float32 offsets added to the generic logits.
 
     >>> import jax.numpy as jnp
-    >>> balanced_offsets(jnp.array([0, 0, 1]), jnp.array([True, True, True]), 3, 1.0).tolist()[:2]
-    [0.6931471824645996, 0.0]
+    >>> offsets = balanced_offsets(jnp.array([0, 0, 1]), jnp.array([True, True, True]), 3, 1.0)
+    >>> print(f"{float(offsets[0]):.3f}", float(offsets[1]), float(offsets[2]))  # log 2, log 1, absent
+    0.693 0.0 -1000000000.0
     """
     counts = jnp.zeros((num_classes,), jnp.float32).at[y].add(mask.astype(jnp.float32))
     return jnp.where(counts > 0, gamma * jnp.log(jnp.maximum(counts, 1.0)), ABSENT_CLASS_OFFSET)
@@ -142,7 +166,18 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
-    """Fed-RoD's round: the generic model to everyone, the two-loss local training, the weighted mean."""
+    """Fed-RoD's round: the generic model to everyone, the two-loss local training, the weighted mean.
+
+    Args:
+      model: the split model (the personal head has the head's shape); cfg: :class:`Config` (``gamma``).
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces` with the default sample-size weights.
+
+    >>> from pflax.models import mlp
+    >>> pieces_for(mlp(10, hidden=(8,)), Config(gamma=0.5)).weights is federated.sample_sizes
+    True
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda server, participant: _local_update(server, participant, model, cfg),

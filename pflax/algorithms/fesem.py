@@ -53,21 +53,49 @@ __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_
 
 @dataclasses.dataclass(frozen=True)
 class Config(clustered.Config):
-    """``num_clusters`` = K centres (default 3) on top of FedPAC's common SGD setting."""
+    """FeSEM's number of centres on top of FedPAC's common SGD setting.
+
+    Attributes:
+      num_clusters: ``K``, the k-means centres (default 3), >= 1.
+
+    >>> Config().num_clusters, Config(num_clusters=2).lr
+    (3, 0.01)
+    """
 
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """Every client stores the one initial model (cluster 0); the centres are placeholders (copies of
-    that model, ``ready`` False) until the first round with data initialises them."""
+    that model, ``ready`` False) until the first round with data initialises them.
+
+    Args:
+      key: PRNG key (the shared model comes from ``split(key, 3)[0]``).
+      model: a split model; sample_x: one client's inputs, for the shapes.
+      num_clients: ``N``; config: :class:`Config`, whose ``num_clusters`` is the number ``K`` of centre slots.
+
+    Returns:
+      ``State`` with ``server = {"centers": [K, ...], "ready": False}`` and ``clients = {"params",
+      "cluster": 0}``.
+
+    >>> import jax, pflax
+    >>> train, _ = pflax.data.toy_federation()
+    >>> state = init(jax.random.PRNGKey(2), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2, Config(num_clusters=4))
+    >>> bool(state.server["ready"]), state.server["centers"]["head"]["TorchDense_0"]["bias"].shape
+    (False, (4, 10))
+    """
     params = model.init(jax.random.split(key, 3)[0], sample_x[:1])
     server = {"centers": federated.broadcast_rows(params, config.num_clusters), "ready": jnp.zeros((), bool)}
     return State.create(key, server, {"params": params, "cluster": jnp.zeros((), jnp.int32)}, num_clients, model, config)
 
 
 def sq_distances(rows, centers_flat):
-    """``[m, K]`` squared Euclidean distances between flattened models ``rows [m, P]`` and flattened
-    centres ``centers_flat [K, P]``.
+    """Squared Euclidean distances between flattened models and flattened centres.
+
+    Args:
+      rows: ``[m, P]`` flattened models; centers_flat: ``[K, P]`` flattened centres.
+
+    Returns:
+      ``[m, K]`` squared distances.
 
     >>> import jax.numpy as jnp
     >>> sq_distances(jnp.array([[0.0, 0.0]]), jnp.array([[1.0, 0.0], [3.0, 4.0]])).tolist()
@@ -77,8 +105,14 @@ def sq_distances(rows, centers_flat):
 
 
 def farthest_point(rows, valid, k: int):
-    """Indices ``[k]`` of a maximin selection among the valid rows of ``rows [m, P]``, starting at the
-    first valid one and then repeatedly taking the row farthest from those chosen so far.
+    """Deterministic farthest-point (maximin) selection of ``k`` rows.
+
+    Args:
+      rows: ``[m, P]`` flattened models; valid: ``[m]`` bool, the rows that may be chosen; k: how many.
+
+    Returns:
+      ``[k]`` indices: the first valid row, then repeatedly the valid row farthest from those chosen so
+      far (ties to the lowest index).
 
     >>> import jax.numpy as jnp
     >>> rows = jnp.array([[0.0], [1.0], [10.0], [4.0]])
@@ -123,7 +157,17 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     """FeSEM's round: broadcast the centres; E-step and local training from the assigned centre;
-    M-step (and, in the first round, the maximin centres) on the server."""
+    M-step (and, in the first round, the maximin centres) on the server.
+
+    Args:
+      model: the architecture of the centres and the clients' models; cfg: :class:`Config`.
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces`.
+
+    >>> pieces_for(None, Config(num_clusters=2)).server_update.__name__  # the model is used only when run
+    '_server_update'
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda server, participant: _local_update(server, participant, model, cfg),

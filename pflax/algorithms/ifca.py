@@ -60,13 +60,37 @@ __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_
 
 @dataclasses.dataclass(frozen=True)
 class Config(clustered.Config):
-    """``num_clusters`` = k cluster models (default 3) on top of FedPAC's common SGD setting."""
+    """IFCA's number of cluster models on top of FedPAC's common SGD setting.
+
+    Attributes:
+      num_clusters: ``k``, the cluster models (default 3, as FedPAC's clustered baselines), >= 1.
+
+    >>> Config().num_clusters, Config().local_epochs
+    (3, 5)
+    """
 
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """``server`` = ``num_clusters`` independently initialised models (:func:`base.stacked_models`: model
-    0 is FedAvg's initial model); ``clients`` = ``{"cluster": 0}`` for every client."""
+    """A round-0 IFCA state.
+
+    Args:
+      key: the run's PRNG key (:func:`base.stacked_models` draws the ``k`` models from it).
+      model, sample_x: the split model and inputs giving its shapes (``sample_x[:1]``).
+      num_clients: ``N``, the rows of ``clients``.
+      config: :class:`Config` (``num_clusters`` is ``k``).
+
+    Returns:
+      ``State`` with ``server`` = ``num_clusters`` independently initialised models on a leading axis
+      (:func:`base.stacked_models`: model 0 is FedAvg's initial model) and ``clients`` = ``{"cluster": 0}``
+      for every client.
+
+    >>> import jax, pflax
+    >>> train, _ = pflax.data.toy_federation()
+    >>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2, Config(num_clusters=2))
+    >>> jax.tree.map(lambda a: a.shape, state.server["head"])
+    {'TorchDense_0': {'bias': (2, 10), 'kernel': (2, 8, 10)}}
+    """
     models = base.stacked_models(key, model, sample_x, config.num_clusters)
     return State.create(key, models, {"cluster": jnp.zeros((), jnp.int32)}, num_clients, model, config)
 
@@ -80,6 +104,15 @@ def model_losses(model, models, x, y, mask):
       x, y, mask: one client's (padded) training split.
     Returns:
       ``[k]``: the masked mean cross-entropy of every model of the stack (0 without data).
+
+    Two all-zero models predict uniformly over 3 classes, so both losses are ``log 3``:
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(3, hidden=(2,)); w = model.init(jax.random.PRNGKey(0), jnp.ones((1, 4)))
+    >>> zeros = jax.tree.map(lambda a: jnp.zeros((2,) + a.shape), w)
+    >>> losses = model_losses(model, zeros, jnp.ones((3, 4)), jnp.array([0, 1, 2]), jnp.array([True, True, False]))
+    >>> print(f"{float(losses[0]):.3f} {float(losses[1]):.3f}")
+    1.099 1.099
     """
     return jax.lax.map(lambda params: base.data_loss(model, params, x, y, mask), models)
 
@@ -98,7 +131,18 @@ def _local_update(models, participant: dict, model, cfg: Config) -> dict:
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
-    """IFCA's round: broadcast the ``k`` models; pick and train the best one; per-cluster means."""
+    """IFCA's round: broadcast the ``k`` models; pick and train the best one; per-cluster means.
+
+    Args:
+      model: the cluster models' architecture; cfg: :class:`Config` (``num_clusters``).
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces` (HypCluster's too).
+
+    >>> import pflax
+    >>> type(pieces_for(pflax.models.mlp(10, hidden=(8,)), Config(num_clusters=2))).__name__
+    'RoundPieces'
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda models, participant: _local_update(models, participant, model, cfg),

@@ -72,6 +72,9 @@ class Sharing:
     Attributes:
       parts: top-level parts of the variables (``"body"``, ``"head"``, FedPick's ``"pfsm"``).
       bn: average the BatchNorm leaves of those parts too (False: FedBN's rule).
+
+    >>> Sharing(("body",), bn=True).parts, Sharing().bn
+    (('body',), False)
     """
 
     parts: tuple[str, ...] = ("body", "head")
@@ -107,6 +110,17 @@ class TrainingConfig(base.SGDConfig):
 
     A subclass says what the server averages with a ``sharing`` attribute (a :class:`Sharing`):
     :class:`Config` as a field, FedPick as a property of its switches.
+
+    Attributes:
+      head_epochs: FedRep's head-only epochs before the body phase (>= 0; 0: joint training).
+      prox_mu: FedProx's proximal weight (>= 0).
+      (and :class:`pflax.algorithms.base.SGDConfig`'s fields, with FedPick's defaults.)
+
+    >>> TrainingConfig().batch_size, TrainingConfig().weight_decay
+    (64, 0.0)
+    >>> TrainingConfig(prox_mu=-1.0)
+    Traceback (most recent call last):
+    ValueError: prox_mu must be >= 0, got -1.0
     """
 
     weight_decay: float = 0.0
@@ -124,7 +138,14 @@ class TrainingConfig(base.SGDConfig):
 @dataclasses.dataclass(frozen=True)
 class Config(TrainingConfig):
     """The leaf-level rule: :class:`TrainingConfig` plus ``sharing``. The default is FedBN's rule
-    (body and head averaged, BatchNorm local); :func:`rule` gives the other presets."""
+    (body and head averaged, BatchNorm local); :func:`rule` gives the other presets.
+
+    Attributes:
+      sharing: the :class:`Sharing` rule (what the server averages).
+
+    >>> Config().sharing
+    Sharing(parts=('body', 'head'), bn=False)
+    """
 
     sharing: Sharing = Sharing()
 
@@ -166,13 +187,46 @@ Predict = Callable[[Any, Any, PyTree, Array], Array]
 
 
 def cross_entropy_objective(model: BNModel, config, params, stats, batch, w, key):
-    """Masked mean cross-entropy of the model in training mode, and its new batch statistics."""
+    """Masked mean cross-entropy of the model in training mode, and its new batch statistics.
+
+    Args:
+      model: a :class:`pflax.models.bn.BNModel`.
+      config: unused (the :data:`Objective` signature).
+      params, stats: the model's ``params`` and ``batch_stats``.
+      batch: a minibatch ``{"x", "y"}``.
+      w: ``[B]`` sample weights (0 on padding).
+      key: unused (no noise).
+    Returns:
+      ``(loss, new batch_stats)``.
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> model = BNModel(Linear(3), Linear(2), num_classes=2, feature_dim=3)  # linear body and head, no BN
+    >>> zero = jax.tree.map(jnp.zeros_like, model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))["params"])
+    >>> loss, _ = cross_entropy_objective(model, None, zero, {"body": {}, "head": {}},
+    ...                                   {"x": jnp.ones((3, 4)), "y": jnp.zeros(3, int)}, jnp.ones(3), None)
+    >>> print(f"{float(loss):.3f}")  # zero logits: log 2
+    0.693
+    """
     logits, new_stats = model.logits({"params": params, "batch_stats": stats}, batch["x"], True, w)
     return masked_mean(cross_entropy(logits, batch["y"]), w), new_stats
 
 
 def plain_predict(model: BNModel, config, variables, x):
-    """The model's logits in evaluation mode (running statistics)."""
+    """The model's logits in evaluation mode (running statistics).
+
+    Args:
+      model: a :class:`pflax.models.bn.BNModel`.
+      config: unused (the :data:`Predict` signature).
+      variables: ``{"params", "batch_stats"}``.
+      x: ``[B, ...]`` inputs.
+    Returns:
+      ``[B, num_classes]`` logits.
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> model = BNModel(Linear(3), Linear(2), 2, 3)
+    >>> plain_predict(model, None, model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4))), jnp.ones((5, 4))).shape
+    (5, 2)
+    """
     return model.logits(variables, x, False)[0]
 
 
@@ -185,6 +239,11 @@ def init_from_variables(key: Array, variables: PyTree, num_clients: int, model, 
       num_clients, model, config: as :func:`init`.
     Returns:
       the :class:`pflax.core.federated.State`.
+
+    >>> v = {"params": {"body": {"k": jnp.ones(2)}, "head": {"k": jnp.zeros(1)}}, "batch_stats": {}}
+    >>> state = init_from_variables(jax.random.PRNGKey(0), v, 3, None, rule("fedper"))
+    >>> state.clients["params"]["body"]["k"].shape, int(state.round)
+    ((3, 2), 0)
     """
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
@@ -207,6 +266,11 @@ def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: 
       config: the rule (:class:`Config`, e.g. ``rule("fedper")``).
     Returns:
       the round-0 state; every client starts from the same model.
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> state = init(jax.random.PRNGKey(0), BNModel(Linear(3), Linear(2), 2, 3), jnp.zeros((1, 4)), 5)
+    >>> state.clients["params"]["head"]["out"]["kernel"].shape
+    (5, 3, 2)
     """
     k_model, k_rest = jax.random.split(key)
     return init_from_variables(k_rest, model.init(k_model, sample_x[:1]), num_clients, model, config)
@@ -215,6 +279,13 @@ def init(key: Array, model: BNModel, sample_x: Array, num_clients: int, config: 
 def personal(server: PyTree, own: PyTree, share_mask: PyTree) -> PyTree:
     """A client's model: the server's shared leaves and its own local leaves.
 
+    Args:
+      server: the server's variables.
+      own: the client's variables (same structure).
+      share_mask: :meth:`Sharing.mask` of them.
+    Returns:
+      the client's personalized variables.
+
     >>> personal({"a": 1, "b": 2}, {"a": 10, "b": 20}, {"a": True, "b": False})
     {'a': 1, 'b': 20}
     """
@@ -222,7 +293,19 @@ def personal(server: PyTree, own: PyTree, share_mask: PyTree) -> PyTree:
 
 
 def personal_variables(state: State, client_ids: Array) -> PyTree:
-    """The personalized models of ``client_ids`` (leading axis), as evaluation uses them."""
+    """The personalized models of ``client_ids`` (leading axis), as evaluation uses them.
+
+    Args:
+      state: a leaf-level state.
+      client_ids: ``[m]`` the clients.
+    Returns:
+      ``[m, ...]`` variables: the server's shared leaves (broadcast) and the clients' own leaves.
+
+    >>> tiny = {"params": {"body": {"k": jnp.ones(2)}, "head": {"k": jnp.zeros(1)}}, "batch_stats": {}}
+    >>> state = init_from_variables(jax.random.PRNGKey(0), tiny, 4, None, rule("lg_fedavg"))
+    >>> jax.tree.map(jnp.shape, personal_variables(state, jnp.array([0, 3]))["params"])
+    {'body': {'k': (2, 2)}, 'head': {'k': (2, 1)}}
+    """
     share = state.config.sharing.mask(state.server)
     own = federated.take(state.clients, client_ids)
     return jax.tree.map(lambda m, s, o: jnp.broadcast_to(s, o.shape) if m else o, share, state.server, own)
@@ -239,6 +322,15 @@ def local_train(variables: PyTree, participant: dict, model, cfg: TrainingConfig
       objective: the training loss (:data:`Objective`).
     Returns:
       ``(trained variables, mean loss of the last phase)``.
+
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> model = BNModel(Linear(3), Linear(2), 2, 3)
+    >>> v = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+    >>> one = {"x": jnp.ones((4, 4)), "y": jnp.zeros(4, int), "mask": jnp.ones(4, bool), "key": jax.random.PRNGKey(1)}
+    >>> new, _ = local_train(v, one, model, rule("fedrep", head_epochs=1, local_epochs=0))  # the head phase only
+    >>> same = jax.tree.map(lambda a, b: bool((a == b).all()), new["params"], v["params"])
+    >>> same["body"]["out"]["kernel"], same["head"]["out"]["kernel"]
+    (True, False)
     """
     anchor = variables["params"]
 
@@ -270,7 +362,18 @@ def pieces_for(model, cfg: TrainingConfig, objective: Objective = cross_entropy_
     model with ``objective`` and keeps the result as its row; the server averages the shared leaves.
 
     The mean is taken over the participants' stacked rows (they are the new client rows anyway) with
-    :func:`pflax.core.aggregate.weighted_mean`, as in every recorded trajectory."""
+    :func:`pflax.core.aggregate.weighted_mean`, as in every recorded trajectory.
+
+    Args:
+      model: the BN model.
+      cfg: the rule (its ``sharing`` and training setting).
+      objective: the local loss (:data:`Objective`).
+    Returns:
+      the :class:`pflax.core.federated.RoundPieces`.
+
+    >>> pieces_for(None, rule("fedbn")).broadcast is federated.no_broadcast
+    True
+    """
 
     def local_update(server: PyTree, participant: dict) -> dict:
         own = personal(server, participant["client"], cfg.sharing.mask(server))
@@ -289,7 +392,23 @@ def pieces_for(model, cfg: TrainingConfig, objective: Objective = cross_entropy_
 
 def evaluate_with(state: State, test, train=None, predict: Predict = plain_predict) -> dict:
     """Each client's personalized model, scored by ``predict``, on its own test split:
-    ``{"client_ids", "accuracy", "n"}`` (``train`` is accepted and not used). Not jitted."""
+    ``{"client_ids", "accuracy", "n"}`` (``train`` is accepted and not used). Not jitted.
+
+    Args:
+      state: a leaf-level state.
+      test: the clients' test splits.
+      train: unused.
+      predict: the scores of a model (:data:`Predict`).
+    Returns:
+      the per-client metrics.
+
+    >>> from pflax.data import ClientData
+    >>> from pflax.models.bn import StatelessLinearHead as Linear
+    >>> state = init(jax.random.PRNGKey(0), BNModel(Linear(3), Linear(2), 2, 3), jnp.zeros((1, 4)), 2)
+    >>> test = ClientData(jnp.ones((2, 5, 4)), jnp.zeros((2, 5), int), jnp.ones((2, 5), bool), jnp.arange(2))
+    >>> evaluate_with(state, test)["accuracy"].shape
+    (2,)
+    """
     model, cfg = state.model, state.config
     share = cfg.sharing.mask(state.server)
 
@@ -333,6 +452,10 @@ def preset(name: str, config_class: type, summary: str) -> federated.Algorithm:
       summary: one line for ``pflax list``.
     Returns:
       the :class:`pflax.core.federated.Algorithm`.
+
+    >>> entry = preset("fedbn_again", Config, "FedBN once more")
+    >>> entry.name, entry.Config().sharing.bn
+    ('fedbn_again', False)
     """
 
     def preset_init(key, model, sample_x, num_clients: int, config=None):

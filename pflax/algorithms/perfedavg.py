@@ -66,6 +66,9 @@ class Config(base.SGDConfig):
       alpha: the adaptation (inner) step size, >= 0.
       beta: the meta (outer) step size, > 0.
       version: ``"fo"`` (first order) or ``"hf"`` (Hessian-free).
+
+    >>> Config().alpha, Config().beta, Config().version
+    (0.01, 0.001, 'fo')
     """
 
     alpha: float = 0.01
@@ -81,7 +84,23 @@ class Config(base.SGDConfig):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """A round-0 state (:meth:`State.from_model`): ``server`` = the global model; clients keep nothing."""
+    """A round-0 state (:meth:`State.from_model`).
+
+    Args:
+      key: the run's PRNG key (the meta-model is FedAvg's initial model for the same key).
+      model: the split model to meta-learn.
+      sample_x: a client's inputs, read for their shape only.
+      num_clients: how many clients (``N``).
+      config: Per-FedAvg's :class:`Config`.
+
+    Returns:
+      ``State`` with ``server`` = the global (meta) model; clients keep nothing.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), jnp.zeros((1, 8, 8, 1)), 6)
+    >>> sorted(state.server), state.num_clients
+    (['body', 'head'], 6)
+    """
     return State.from_model(key, model, sample_x, num_clients, config)
 
 
@@ -99,6 +118,18 @@ def meta_step(w, batches, weights, model, cfg: Config):
 
     Returns:
       ``(new w, CE of the adapted model on D')``.
+
+    From an all-zero model with ``alpha = 0`` (no adaptation) only the head's bias gets a gradient,
+    ``mean(softmax - onehot) = [-1/3, 0, 1/3]`` for labels ``[0, 0, 1]``:
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model, x = pflax.models.mlp(3, hidden=(2,)), jnp.ones((3, 4))
+    >>> zero = jax.tree.map(jnp.zeros_like, model.init(jax.random.PRNGKey(0), x[:1]))
+    >>> b = {"x": x, "y": jnp.array([0, 0, 1])}
+    >>> step = jax.jit(lambda w: meta_step(w, [b, b], [jnp.ones(3)] * 2, model, Config(alpha=0.0, beta=3.0)))
+    >>> new, loss = step(zero)
+    >>> print(f"{float(loss):.3f}", new["head"]["TorchDense_0"]["bias"].round().astype(int).tolist())
+    1.099 [1, 0, -1]
     """
     ce = base.ce_loss(model)
     grad = jax.grad(ce)
@@ -133,7 +164,19 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
-    """Per-FedAvg's round: the meta-model to everyone, local meta-steps, the sample-size weighted mean."""
+    """Per-FedAvg's round: the meta-model to everyone, local meta-steps, the sample-size weighted mean.
+
+    Args:
+      model: the split model; cfg: :class:`Config` (``version`` picks the outer step).
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces`.
+
+    >>> import pflax
+    >>> hf = pieces_for(pflax.models.mlp(10, hidden=(8,)), Config(version="hf"))
+    >>> hf.broadcast is pflax.core.federated.no_broadcast
+    True
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda w, participant: _local_update(w, participant, model, cfg),
@@ -153,6 +196,17 @@ def adapt(w, model, x, y, mask, key, cfg: Config):
 
     Returns:
       The adapted model.
+
+    From an all-zero model, two real samples of class 0 (the padded one takes no part) give the head's
+    bias the gradient ``[1/3 - 1, 1/3, 1/3]``:
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model, x = pflax.models.mlp(3, hidden=(2,)), jnp.ones((3, 4))
+    >>> zero = jax.tree.map(jnp.zeros_like, model.init(jax.random.PRNGKey(0), x[:1]))
+    >>> y, mask = jnp.array([0, 0, 2]), jnp.array([True, True, False])
+    >>> adapted = jax.jit(lambda w: adapt(w, model, x, y, mask, jax.random.PRNGKey(1), Config(alpha=3.0)))(zero)
+    >>> adapted["head"]["TorchDense_0"]["bias"].round().astype(int).tolist()
+    [2, -1, -1]
     """
     idx, ok = epoch_order(key, mask, 1, min(cfg.batch_size, mask.shape[0]))
     batch = gather_minibatch({"x": x, "y": y}, idx[0], ok[0])

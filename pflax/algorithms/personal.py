@@ -46,6 +46,13 @@ LocalUpdate = Callable[[PyTree, dict, Any, Any], tuple[PyTree, PyTree, dict]]
 def own_model(personal: PyTree, server: PyTree, cfg) -> PyTree:
     """The default ``personalized``: a client is scored with its personal model alone (Ditto, pFedMe).
 
+    Args:
+      personal: the client's personal model.
+      server: the global model (unused).
+      cfg: the config (unused).
+    Returns:
+      ``personal``.
+
     >>> own_model({"w": 1.0}, {"w": 2.0}, None)
     {'w': 1.0}
     """
@@ -69,6 +76,12 @@ def algorithm(name: str, Config: type, local_update: LocalUpdate, summary: str,
 
     Returns:
       A :class:`pflax.core.federated.Algorithm` whose ``init``, ``round`` and ``evaluate`` are the module's.
+
+    >>> def unchanged(w, participant, model, cfg):  # no training: both models come back as received
+    ...     return w, participant["client"], {"n": base.num_samples(participant)}
+    >>> entry = algorithm("noop", base.SGDConfig, unchanged, "trains nothing")
+    >>> entry.name, entry.Config().lr, entry.summary
+    ('noop', 0.01, 'trains nothing')
     """
 
     @init_on_execution_devices

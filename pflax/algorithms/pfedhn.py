@@ -82,9 +82,19 @@ HYPERNET_STREAM = 0x4E7
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    """pFedHN's server optimiser (``server_lr``, ``server_momentum``, ``server_weight_decay``), its
-    hypernetwork (``embed_dim``, ``hidden``, ``hidden_layers``) and the client's ``inner_steps``, on top
-    of the common SGD setting (the client's optimiser; ``local_epochs`` is unused)."""
+    """pFedHN's server optimiser, its hypernetwork and the client's ``inner_steps``, on top of the common
+    SGD setting (the client's optimiser; ``local_epochs`` is unused).
+
+    Attributes:
+      server_lr, server_momentum, server_weight_decay: the server's PyTorch SGD on ``psi`` and the
+        embeddings (official trainer: momentum 0.9, weight decay 1e-3).
+      embed_dim: the client embedding's size.
+      hidden, hidden_layers: the hypernetwork's hidden width and number of hidden layers.
+      inner_steps: the client's SGD steps per round (official: 50).
+
+    >>> Config().hidden, Config().inner_steps, Config(embed_dim=4).embed_dim
+    (100, 50, 4)
+    """
 
     server_lr: float = 0.01
     server_momentum: float = 0.9
@@ -120,6 +130,11 @@ def init_hypernetwork(key, cfg: Config, target_size: int):
 
     Returns:
       ``{"hidden": [{"w", "b"}, ...], "out": {"w": [hidden, P], "b": [P]}}``.
+
+    >>> import jax
+    >>> psi = init_hypernetwork(jax.random.PRNGKey(0), Config(embed_dim=3, hidden=4), 7)
+    >>> [layer["w"].shape for layer in psi["hidden"]], psi["out"]["w"].shape
+    ([(3, 4), (4, 4)], (4, 7))
     """
     widths = [cfg.embed_dim] + [cfg.hidden] * cfg.hidden_layers
     keys = jax.random.split(key, len(widths))
@@ -148,7 +163,14 @@ def generate_flat(psi, embed):
 
 
 def unraveler(model, sample_x):
-    """The inverse of ``ravel_pytree`` for ``model``'s parameter tree (``sample_x[:1]`` gives the shapes).
+    """The inverse of ``ravel_pytree`` for ``model``'s parameter tree.
+
+    Args:
+      model: the target split model; sample_x: inputs whose ``sample_x[:1]`` gives the shapes (traced
+        only, nothing is initialised).
+
+    Returns:
+      ``unravel(flat [P]) -> params``.
 
     >>> import jax, jax.numpy as jnp
     >>> from pflax.models import mlp
@@ -162,7 +184,20 @@ def unraveler(model, sample_x):
 
 def server_optimizer(cfg: Config):
     """The server's optimiser of ``psi`` and the embeddings: PyTorch SGD with ``server_lr``,
-    ``server_momentum`` and coupled ``server_weight_decay`` (official pFedHN trainer)."""
+    ``server_momentum`` and coupled ``server_weight_decay`` (official pFedHN trainer).
+
+    Args:
+      cfg: :class:`Config`.
+
+    Returns:
+      An optax ``GradientTransformation`` (:func:`pflax.core.optim.pytorch_sgd`).
+
+    >>> import jax.numpy as jnp
+    >>> opt, g = server_optimizer(Config(server_lr=1.0, server_weight_decay=0.0)), jnp.array([10.0])
+    >>> first, opt_state = opt.update(g, opt.init(g), g)
+    >>> first.tolist(), opt.update(g, opt_state, g)[0].tolist()  # momentum 0.9: -g, then -(g + 0.9 g)
+    ([-10.0], [-19.0])
+    """
     return pytorch_sgd(cfg.server_lr, cfg.server_momentum, cfg.server_weight_decay)
 
 
@@ -180,6 +215,13 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
     Returns:
       ``State`` with ``server = {"hypernetwork": psi, "opt_state"}`` and ``clients = {"embed": [N,
       embed_dim] ~ N(0, 1), "opt_state"}``.
+
+    >>> import jax, pflax
+    >>> train, _ = pflax.data.toy_federation()
+    >>> cfg = Config(embed_dim=4, hidden=8)
+    >>> state = init(jax.random.PRNGKey(1), pflax.models.mlp(10, hidden=(8,)), train.x[1], 2, cfg)
+    >>> state.server["hypernetwork"]["out"]["w"].shape  # the target mlp has P = 610 parameters
+    (8, 610)
     """
     k_model = jax.random.split(key, 3)[0]
     k_hnet, k_embed = jax.random.split(jax.random.fold_in(k_model, HYPERNET_STREAM))
@@ -257,7 +299,18 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     """pFedHN's round: ``psi`` out, per participant generation + inner steps + pullback (the ``psi``
-    gradients summed on the fly), the server optimiser's step on ``psi`` and the embeddings."""
+    gradients summed on the fly), the server optimiser's step on ``psi`` and the embeddings.
+
+    Args:
+      model: the target split model the hypernetwork generates; cfg: :class:`Config`.
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces` whose ``broadcast`` sends ``psi``.
+
+    >>> import pflax
+    >>> pieces_for(pflax.models.mlp(10, hidden=(8,)), Config(inner_steps=2)).broadcast.__name__
+    '_broadcast'
+    """
     return federated.RoundPieces(
         broadcast=_broadcast,
         local_update=lambda psi, participant: _local_update(psi, participant, model, cfg),
@@ -276,7 +329,13 @@ def _evaluate(state: State, test, train=None) -> dict:
 
 evaluate = jax.jit(_evaluate)
 evaluate.__doc__ = """``evaluate(state, test, train=None) -> {"client_ids", "accuracy", "n"}``: each client's
-generated model ``h_psi(e_i)`` (no local training) on its own test split (``train`` is not used)."""
+generated model ``h_psi(e_i)`` (no local training) on its own test split. Jit-compiled.
+
+Args:
+  state: a pFedHN ``State``; test: the clients' test :class:`pflax.data.ClientData`; train: not used.
+
+Returns:
+  ``{"client_ids", "accuracy", "n"}``, one entry per row of ``test``. (Example: the module docstring.)"""
 
 
 def _round(state: State, batch, test=None):
@@ -285,8 +344,15 @@ def _round(state: State, batch, test=None):
 
 round = jax.jit(_round)  # noqa: A001 - the library's verb is `round`
 round.__doc__ = """``round(state, batch, test=None) -> (state, metrics)``: one pFedHN round for the participants in
-``batch``; per-client ``n``, ``loss`` and ``delta_norm`` (``||dtheta_i||``), and with ``test`` (same clients)
-``accuracy`` of the new state. Jit-compiled."""
+``batch``. Jit-compiled.
+
+Args:
+  state: a pFedHN ``State``; batch: the participants' training :class:`pflax.data.ClientData`;
+  test: optionally their test data (same clients).
+
+Returns:
+  ``(new state, metrics)``: per-client ``n``, ``loss`` and ``delta_norm`` (``||dtheta_i||``), and with
+  ``test`` the ``accuracy`` of the new state. (Example: the module docstring.)"""
 
 check_inputs = base.check_inputs
 

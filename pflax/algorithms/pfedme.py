@@ -55,6 +55,9 @@ class Config(base.SGDConfig):
       inner_steps: K, gradient steps on the inner problem per minibatch.
       personal_lr: the inner steps' size.
       beta: the server's step ``w <- (1 - beta) w + beta * mean``, in (0, 2].
+
+    >>> Config().prox_mu, Config().inner_steps, Config().beta
+    (10.0, 5, 1.0)
     """
 
     prox_mu: float = 10.0
@@ -80,6 +83,17 @@ def moreau_step(theta, w, batch, valid, model, cfg: Config):
 
     Returns:
       The approximate minimiser ``theta``.
+
+    With zero sample weights only the pull acts: each step moves ``theta`` by ``personal_lr * prox_mu
+    = 0.5`` of the way to ``w``.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(3, hidden=(2,)); w = model.init(jax.random.PRNGKey(0), jnp.ones((1, 4)))
+    >>> theta, w = jax.tree.map(jnp.zeros_like, w), jax.tree.map(jnp.ones_like, w)
+    >>> batch = {"x": jnp.ones((2, 4)), "y": jnp.array([0, 1])}
+    >>> new = moreau_step(theta, w, batch, jnp.zeros(2), model, Config(personal_lr=0.05, inner_steps=2))
+    >>> new["head"]["TorchDense_0"]["bias"].tolist()
+    [0.75, 0.75, 0.75]
     """
     ce = base.ce_loss(model)
     grad = jax.grad(lambda t: ce(t, batch, valid) + cfg.prox_mu * base.proximity(t, w))
@@ -98,6 +112,14 @@ def local_update(global_params, participant: dict, model, cfg: Config):
     Returns:
       ``(w_i, theta_i, {"n", "loss"})``; ``loss`` is the mean CE of the new ``theta`` over the
       minibatches with data.
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> model = pflax.models.mlp(2, hidden=(3,))
+    >>> w = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.ones((1, 5)))  # shapes only
+    >>> one = dict(x=jnp.ones((6, 5)), y=jnp.zeros(6, jnp.int32), mask=jnp.arange(6) < 4, key=jax.random.PRNGKey(2))
+    >>> w_i, theta, m = jax.eval_shape(lambda w: local_update(w, one, model, Config(local_epochs=2)), w)
+    >>> theta["body"]["TorchDense_0"]["kernel"].shape, m["loss"].shape
+    ((5, 3), ())
     """
     indices, valid = epoch_order(participant["key"], participant["mask"], cfg.local_epochs, cfg.batch_size)
     data = {"x": participant["x"], "y": participant["y"]}
@@ -120,7 +142,19 @@ def local_update(global_params, participant: dict, model, cfg: Config):
 
 
 def server_step(w, mean, cfg: Config):
-    """``(1 - beta) w^t + beta * mean``: the paper's server update."""
+    """The paper's server update ``(1 - beta) w^t + beta * mean``.
+
+    Args:
+      w: the global model ``w^t``; mean: the participants' weighted mean ``sum_i p_i w_i``;
+      cfg: :class:`Config` (``beta``).
+
+    Returns:
+      ``w^{t+1}``.
+
+    >>> import jax.numpy as jnp
+    >>> server_step({"w": jnp.array(0.0)}, {"w": jnp.array(4.0)}, Config(beta=0.5))["w"].tolist()
+    2.0
+    """
     return jax.tree.map(lambda a, m: (1.0 - cfg.beta) * a + cfg.beta * m, w, mean)
 
 

@@ -57,7 +57,16 @@ class Config(base.SGDConfig):
     """SCAFFOLD's setting on top of the common SGD setting.
 
     Attributes:
-      global_lr: the server's step on the mean model update.
+      global_lr: the server's step on the mean model update (FL-bench's default 1), > 0.
+
+    ``lr`` must be positive: the control variates divide by it.
+
+    >>> Config().global_lr
+    1.0
+    >>> Config(lr=0.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: SCAFFOLD needs lr > 0 (the control variates divide by it)
     """
 
     global_lr: float = 1.0
@@ -74,8 +83,23 @@ def _zeros(tree):
 
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
-    """A round-0 state (:meth:`State.from_model`): ``server = {"params": w, "c": 0}``, ``clients`` =
-    every client's control variate ``c_i = 0``."""
+    """A round-0 state (:meth:`State.from_model`).
+
+    Args:
+      key: PRNG key; ``w`` is drawn from ``split(key, 3)[0]``, so it equals FedAvg's initial model.
+      model: a split model; sample_x: inputs whose ``sample_x[:1]`` fixes the shapes.
+      num_clients: ``N`` control variates to allocate; config: :class:`Config`.
+
+    Returns:
+      ``State`` with ``server = {"params": w, "c": 0}`` and ``clients`` = every client's control variate
+      ``c_i = 0`` (a tree shaped like ``w``).
+
+    >>> import jax, jax.numpy as jnp, pflax
+    >>> state = init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), jnp.ones((1, 8, 8, 1)), 4)
+    >>> c_i = state.clients["head"]["TorchDense_0"]["bias"]
+    >>> c_i.shape, float(abs(c_i).sum())
+    ((4, 10), 0.0)
+    """
     return State.from_model(key, model, sample_x, num_clients, config,
                             lambda w: ({"params": w, "c": _zeros(w)}, _zeros(w)))
 
@@ -121,7 +145,19 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     """SCAFFOLD's round: the server's ``{params, c}`` to everyone, corrected local SGD, and the
-    unweighted means of the model and control updates over the participants with data."""
+    unweighted means of the model and control updates over the participants with data.
+
+    Args:
+      model: the split model; cfg: :class:`Config` (``lr`` enters the control variates).
+
+    Returns:
+      :class:`pflax.core.federated.RoundPieces` whose ``weights`` are 1 for a participant with data, else 0.
+
+    >>> import types, jax.numpy as jnp, pflax
+    >>> pieces = pieces_for(pflax.models.mlp(10, hidden=(8,)), Config())
+    >>> pieces.weights(None, types.SimpleNamespace(mask=jnp.array([[True, True], [False, False]]))).tolist()
+    [1.0, 0.0]
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda server, participant: _local_update(server, participant, model, cfg),

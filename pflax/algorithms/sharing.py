@@ -58,7 +58,24 @@ PARTS = ("body", "head")
 
 @dataclasses.dataclass(frozen=True)
 class Config(base.SGDConfig):
-    """The sharing rule (module docstring) on top of the common SGD setting. The defaults are FedAvg."""
+    """The sharing rule (module docstring) on top of the common SGD setting. The defaults are FedAvg.
+
+    Attributes:
+      shared: parts the server holds and sends (the others stay with each client).
+      averaged: shared parts the server averages (None: all of ``shared``; FedBABU: the body).
+      trained: parts local SGD updates.
+      alternating: FedRep's head-then-body schedule (``head_epochs``, then ``local_epochs``).
+      head_epochs: FedRep's head epochs.
+      prox_mu: FedProx's proximal weight (>= 0).
+      finetune_epochs, finetune_parts: evaluation-time fine-tuning (FedAvg-FT, FedBABU).
+      knn_lam, knn_k, knn_scale: kNN-Per's interpolation weight, neighbours and kernel scale.
+
+    >>> Config(shared=("body",)).averaged_parts, Config(knn_lam=0.5).needs_train
+    (('body',), True)
+    >>> Config(shared=("body",), averaged=("head",))
+    Traceback (most recent call last):
+    ValueError: averaged parts ('head',) must be shared (('body',))
+    """
 
     shared: tuple = ("body", "head")
     averaged: tuple | None = None  # None: every shared part
@@ -92,6 +109,7 @@ class Config(base.SGDConfig):
 
     @property
     def averaged_parts(self) -> tuple:
+        """The parts the server averages: ``averaged``, or every shared part."""
         return self.shared if self.averaged is None else self.averaged
 
     @property
@@ -103,7 +121,22 @@ class Config(base.SGDConfig):
 @init_on_execution_devices
 def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> State:
     """One random model (from the first of ``split(key, 3)``, as every algorithm); the ``shared`` parts
-    go to the server, the others to every client (all clients start from the same copy)."""
+    go to the server, the others to every client (all clients start from the same copy).
+
+    Args:
+      key: PRNG key.
+      model: a :class:`pflax.models.SplitModel`.
+      sample_x: input samples (the first fixes the shapes).
+      num_clients: N.
+      config: the rule.
+    Returns:
+      the round-0 :class:`pflax.core.federated.State`.
+
+    >>> from pflax.models import mlp
+    >>> state = init(jax.random.PRNGKey(0), mlp(3, hidden=(4,)), jnp.zeros((1, 6)), 5, Config(shared=("head",)))
+    >>> sorted(state.server), state.clients["body"]["TorchDense_0"]["kernel"].shape
+    (['head'], (5, 6, 4))
+    """
     def layout(params):
         return ({p: v for p, v in params.items() if p in config.shared},
                 {p: v for p, v in params.items() if p not in config.shared})
@@ -112,12 +145,39 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
 
 
 def assembled(client: dict, server: PyTree) -> PyTree:
-    """A client's full model: the server's shared parts plus its own local parts."""
+    """A client's full model: the server's shared parts plus its own local parts.
+
+    Args:
+      client: one participant's inputs (its local parts under ``"client"``).
+      server: the server's shared parts.
+    Returns:
+      the ``{"body", "head"}`` parameters.
+
+    >>> assembled({"client": {"head": 2}}, {"body": 1})
+    {'body': 1, 'head': 2}
+    """
     return {**server, **client["client"]}
 
 
 def local_train(params: PyTree, participant: dict, model, cfg: Config) -> tuple[PyTree, Array]:
-    """The rule's local training of the assembled model (one participant)."""
+    """The rule's local training of the assembled model (one participant).
+
+    Args:
+      params: the assembled model (also FedProx's anchor).
+      participant: ``x``, ``y``, ``mask`` and ``key``.
+      model: anything with ``apply(params, x) -> logits``.
+      cfg: the rule (``trained``, ``alternating``, ``prox_mu``, the SGD setting).
+    Returns:
+      ``(trained params, mean loss of the last phase)``.
+
+    >>> from types import SimpleNamespace
+    >>> linear = SimpleNamespace(apply=lambda p, x: x @ p["body"] + p["head"])
+    >>> one = {"x": jnp.eye(2), "y": jnp.array([0, 1]), "mask": jnp.ones(2, bool), "key": jax.random.PRNGKey(0)}
+    >>> new, loss = local_train({"body": jnp.zeros((2, 2)), "head": jnp.zeros(2)}, one, linear,
+    ...                         Config(trained=("head",), local_epochs=1))
+    >>> print(bool((new["body"] == 0).all()), f"{float(loss):.3f}")  # body frozen; loss log 2 at zero logits
+    True 0.693
+    """
     ce = base.ce_loss(model)
     if cfg.prox_mu > 0:
         anchor = params
@@ -149,6 +209,18 @@ def _server_update(state: State, batch, uploads: dict, reduced: dict):
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
+    """The rule's round as :class:`pflax.core.federated.RoundPieces`: no broadcast message, the
+    participants train the assembled model, the server averages ``averaged_parts``.
+
+    Args:
+      model: the split model.
+      cfg: the rule.
+    Returns:
+      the pieces :func:`pflax.core.federated.run_round` runs.
+
+    >>> pieces_for(None, Config()).broadcast is federated.no_broadcast
+    True
+    """
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda server, participant: _local_update(server, participant, model, cfg),
@@ -158,7 +230,19 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
 
 def knn_probabilities(query, keys, labels, valid, num_classes: int, k: int, scale: float):
     """``p_kNN [q, K]`` from the ``k`` nearest valid ``keys`` of every query feature, weighted by
-    ``exp(-d / (dim * scale))`` relative to the nearest (kNN-Per's kernel).
+    ``exp(-d / (dim * scale))`` relative to the nearest (kNN-Per's kernel; Marfoq et al., "Personalized
+    Federated Learning through Local Memorization", ICML 2022).
+
+    Args:
+      query: ``[q, dim]`` features to classify.
+      keys: ``[n, dim]`` the datastore's features (the client's training split).
+      labels: ``[n]`` their labels.
+      valid: ``[n]`` bool, False on padding.
+      num_classes: K.
+      k: neighbours (at most ``n``).
+      scale: the kernel's temperature.
+    Returns:
+      ``[q, K]`` probabilities.
 
     >>> import jax.numpy as jnp
     >>> keys = jnp.array([[0.0], [1.0], [5.0]]); labels = jnp.array([0, 1, 1])

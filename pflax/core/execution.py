@@ -51,6 +51,20 @@ STRATEGIES = ("auto", "vmap", "map", "chunked", "sharded")
 
 @dataclasses.dataclass(frozen=True)
 class Execution:
+    """How :func:`map_clients` and :func:`map_reduce_clients` run the clients (see the module docstring).
+
+    Attributes:
+      strategy: one of :data:`STRATEGIES`: ``"auto"``, ``"vmap"``, ``"map"``, ``"chunked"``, ``"sharded"``.
+      chunk_size: clients vmapped together per step of ``"chunked"``.
+      inner: per-device strategy of ``"sharded"`` (``"auto"``, ``"vmap"``, ``"map"`` or ``"chunked"``).
+
+    ``resolve()`` gives the concrete strategy (``"auto"`` chosen from the visible devices);
+    ``resolve_inner()`` the one each device runs under ``"sharded"``.
+
+    >>> Execution("chunked", chunk_size=2).resolve(), Execution().resolve() in STRATEGIES
+    ('chunked', True)
+    """
+
     strategy: str = "auto"
     chunk_size: int = 4
     inner: str = "auto"  # per-device strategy used by "sharded" ("vmap", "map" or "auto")
@@ -167,7 +181,17 @@ def _run_local_reduce(
 
 
 def client_mesh(devices=None) -> Mesh:
-    """A 1-D mesh named ``"clients"`` over ``devices`` (default: all visible devices, all hosts)."""
+    """A 1-D mesh named ``"clients"`` over ``devices`` (default: all visible devices, all hosts).
+
+    Args:
+      devices: a sequence of ``jax.Device``; ``None`` for ``jax.devices()``.
+
+    Returns:
+      A ``jax.sharding.Mesh`` with the one axis ``"clients"``.
+
+    >>> client_mesh(jax.devices()[:1]).axis_names
+    ('clients',)
+    """
     devices = jax.devices() if devices is None else devices
     return Mesh(np.asarray(devices), ("clients",))
 
@@ -185,6 +209,16 @@ def place_for(execution: Execution, tree: PyTree) -> PyTree:
     round, and ``jax.jit`` compiles the round twice. Placing the initial state replicated on the mesh
     keeps it to one compilation. Other strategies: ``tree`` unchanged. Works across hosts: each
     process supplies its own devices' copies (every process holds the same initial state).
+
+    Args:
+      execution: the strategy the rounds will run with.
+      tree: the initial state (any pytree of arrays and PRNG keys).
+
+    Returns:
+      ``tree``, replicated on the client mesh under ``sharded``.
+
+    >>> place_for(Execution("map"), {"a": jnp.ones(2)})["a"].tolist()
+    [1.0, 1.0]
     """
     if execution.resolve() != "sharded":
         return tree
@@ -208,6 +242,16 @@ def replicate(tree: PyTree, execution: Execution) -> PyTree:
     XLA's partitioner splits them along the client axis it inherits and then exchanges data inside
     their loops, one collective per iteration. Replicated, they cost one all-gather of the inputs.
     Other strategies: ``tree`` unchanged.
+
+    Args:
+      tree: arrays inside a traced (jitted) computation.
+      execution: the round's strategy.
+
+    Returns:
+      ``tree``, with a replicated sharding constraint under ``sharded``.
+
+    >>> replicate(jnp.arange(3), Execution("vmap")).tolist()
+    [0, 1, 2]
     """
     if execution.resolve() != "sharded":
         return tree
@@ -221,7 +265,20 @@ def map_clients(
     shared: PyTree = (),
     execution: Execution = Execution(),
 ) -> PyTree:
-    """Apply ``fn(client_slice, shared)`` to every client; outputs are stacked on a leading client axis."""
+    """Apply ``fn(client_slice, shared)`` to every client; outputs are stacked on a leading client axis.
+
+    Args:
+      fn: what one client computes, ``fn(client_slice, shared) -> outputs``.
+      per_client: a tree whose leaves have the same leading client axis.
+      shared: a tree passed whole to every client.
+      execution: how the clients run.
+
+    Returns:
+      ``fn``'s outputs with a leading client axis.
+
+    >>> map_clients(lambda c, s: c * s, jnp.arange(3.0), 2.0, Execution("map")).tolist()
+    [0.0, 2.0, 4.0]
+    """
     strategy = execution.resolve()
     if strategy != "sharded":
         return _run_local(fn, per_client, shared, strategy, execution.chunk_size)
@@ -262,6 +319,19 @@ def map_reduce_clients(
     The sum is accumulated in client order within a device (``map``), per chunk then across chunks
     (``chunked``), or per device then across devices (``sharded``, a ``psum``), so strategies agree to
     float round-off; ``map`` and ``sharded`` on a one-device mesh with ``inner="map"`` are bit-identical.
+
+    Args:
+      fn: ``fn(client_slice, shared) -> (kept, summed)``.
+      per_client: a tree whose leaves have the same leading client axis.
+      shared: a tree passed whole to every client.
+      execution: how the clients run.
+
+    Returns:
+      ``(kept, summed)``: ``kept`` with a leading client axis, ``summed`` added up over the clients.
+
+    >>> kept, total = map_reduce_clients(lambda c, s: (c + s, c), jnp.arange(4.0), 1.0, Execution("chunked", 3))
+    >>> kept.tolist(), float(total)
+    ([1.0, 2.0, 3.0, 4.0], 6.0)
     """
     strategy = execution.resolve()
     n = _num_clients(per_client)
@@ -308,6 +378,21 @@ def map_clients_and_average(
     when every weight is zero. ``weights`` must be known before the clients run (e.g. sample sizes):
     each client adds its weighted term to a running sum (:func:`map_reduce_clients`), so the averaged
     outputs are never stacked.
+
+    Args:
+      fn: ``fn(client_slice, shared) -> dict``, one client's outputs.
+      per_client, shared, execution: as in :func:`map_clients`.
+      average: the key of ``fn``'s output to average.
+      weights: ``[m]`` non-negative client weights (normalised here).
+      fallback: the average when every weight is zero.
+
+    Returns:
+      ``(other outputs stacked on a client axis, weighted mean of out[average] or fallback)``.
+
+    >>> kept, mean = map_clients_and_average(lambda c, s: {"p": c, "sq": c * c}, jnp.array([1.0, 3.0]), (),
+    ...                                      Execution("map"), "p", jnp.array([1.0, 3.0]), jnp.zeros(()))
+    >>> kept["sq"].tolist(), float(mean)
+    ([1.0, 9.0], 2.5)
     """
     normalized = aggregate.normalized_weights(weights)
 

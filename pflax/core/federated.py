@@ -121,7 +121,7 @@ class State:
         >>> from pflax.models import mlp
         >>> s = State.from_model(jax.random.PRNGKey(0), mlp(10, hidden=(4,)), jnp.zeros((1, 8, 8, 1)), 3, None,
         ...                      lambda p: ({"body": p["body"]}, {"head": p["head"]}))
-        >>> sorted(s.server), s.clients["head"]["kernel"].shape
+        >>> sorted(s.server), s.clients["head"]["TorchDense_0"]["kernel"].shape
         (['body'], (3, 4, 10))
         """
         server, client_row = layout(model.init(jax.random.split(key, 3)[0], sample_x[:1]))
@@ -158,7 +158,19 @@ def write_rows(tree: PyTree, ids: Array, rows: PyTree) -> PyTree:
 
 
 def sample_sizes(state: State, batch) -> Array:
-    """The default weights of a round's average: each participant's number of real samples."""
+    """The default weights of a round's average: each participant's number of real samples.
+
+    Args:
+      state: the algorithm state (unused; part of the ``RoundPieces.weights`` signature).
+      batch: the round's participants' data, with ``mask [m, n_max]``.
+
+    Returns:
+      ``[m]`` integer sample counts.
+
+    >>> from types import SimpleNamespace
+    >>> sample_sizes(None, SimpleNamespace(mask=jnp.array([[True, False], [True, True]]))).tolist()
+    [1, 2]
+    """
     return batch.mask.sum(1)
 
 
@@ -174,7 +186,18 @@ def mean_or(reduced: dict, fallback: PyTree) -> PyTree:
 
 
 def no_broadcast(state: State, client_ids: Array) -> tuple[PyTree, PyTree]:
-    """A ``broadcast`` that sends the server's whole tree to every participant."""
+    """A ``broadcast`` that sends the server's whole tree to every participant.
+
+    Args:
+      state: the algorithm state.
+      client_ids: ``[m]`` the participants (unused).
+
+    Returns:
+      ``(state.server, ())``: the message, and no per-participant part.
+
+    >>> no_broadcast(State.create(jax.random.PRNGKey(0), {"w": 1.0}, {}, 2, None, None), jnp.arange(2))
+    ({'w': 1.0}, ())
+    """
     return state.server, ()
 
 
@@ -193,6 +216,10 @@ class RoundPieces:
       test_in_client: give the participants their test split (FedPAC scores before and after training).
       evaluate_after: add ``accuracy`` (``evaluate`` of the new state) to the metrics when a round is
         given test data.
+
+    >>> pieces = RoundPieces(no_broadcast, lambda msg, p: {"mean": msg}, lambda st, b, up, red: (red["mean"], None, {}))
+    >>> pieces.weights is sample_sizes, pieces.test_in_client
+    (True, False)
     """
 
     broadcast: Callable[[State, Array], tuple[PyTree, PyTree]]
@@ -247,12 +274,36 @@ def guard_finite(old_state, new_state) -> tuple[Any, Array]:
 
 
 def execution_of(state: State) -> Execution:
+    """The execution strategy of ``state``'s algorithm: ``state.config.execution``, else the default.
+
+    Args:
+      state: an algorithm state.
+
+    Returns:
+      An :class:`pflax.core.execution.Execution`.
+
+    >>> execution_of(State.create(jax.random.PRNGKey(0), {}, {}, 1, None, None))
+    Execution(strategy='auto', chunk_size=4, inner='auto')
+    """
     return getattr(state.config, "execution", Execution())
 
 
 def participant_keys(state: State, client_ids: Array, stream: int | None = None) -> Array:
     """Per-participant PRNG keys of this round: ``fold_in(fold_in(key, round), id)``; with ``stream``,
-    the same from ``fold_in(key, stream)`` (evaluation-time randomness)."""
+    the same from ``fold_in(key, stream)`` (evaluation-time randomness).
+
+    Args:
+      state: the algorithm state (its ``key`` and ``round``).
+      client_ids: ``[m]`` the participants.
+      stream: an optional integer naming a separate stream (e.g. :data:`EVALUATION_STREAM`).
+
+    Returns:
+      ``[m, ...]`` one key per participant.
+
+    >>> s, ids = State.create(jax.random.PRNGKey(0), {}, {}, 4, None, None), jnp.array([0, 2])
+    >>> participant_keys(s, ids).shape, bool((participant_keys(s, ids) != participant_keys(s, ids, 1)).any())
+    ((2, 2), True)
+    """
     key = state.key if stream is None else jax.random.fold_in(state.key, stream)
     round_key = jax.random.fold_in(key, state.round)
     return jax.vmap(lambda i: jax.random.fold_in(round_key, i))(client_ids)
@@ -272,7 +323,26 @@ def run_round(pieces: RoundPieces, state: State, batch, test=None,
     state's execution strategy), the server update, the participants' rows written back, the round
     counter advanced and non-finite updates refused (``metrics["nonfinite"]``). With ``test``
     (participants' test splits, same rows as ``batch``) and ``evaluate``, ``metrics["accuracy"]`` is
-    ``evaluate(new_state, test, batch)["accuracy"]``. Pure; jit it."""
+    ``evaluate(new_state, test, batch)["accuracy"]``. Pure; jit it.
+
+    Args:
+      pieces: the round's :class:`RoundPieces`.
+      state: the state before the round.
+      batch: the participants' training data (``x``, ``y``, ``mask``, ``client_ids``).
+      test: the same participants' test data, or ``None``.
+      evaluate: ``(state, test, train) -> {"accuracy", ...}``, used with ``test``.
+
+    Returns:
+      ``(new_state, metrics)``; ``metrics`` holds ``client_ids``, the server's metrics and ``nonfinite``.
+
+    >>> from pflax.data import toy_federation
+    >>> pieces = RoundPieces(no_broadcast, lambda w, p: {"mean": w + p["mask"].sum()},
+    ...                      lambda st, b, up, red: (mean_or(red, st.server), None, {}))
+    >>> s, m = run_round(pieces, State.create(jax.random.PRNGKey(0), jnp.zeros(()), {}, 2, None, None),
+    ...                  toy_federation()[0])
+    >>> int(s.round), float(s.server), bool(m["nonfinite"])
+    (1, 40.0, False)
+    """
     _require_participants(batch)
     ids = batch.client_ids
     message, personal = pieces.broadcast(state, ids)
@@ -310,6 +380,23 @@ def evaluate_clients(state: State, test, train, score: Callable[[dict, PyTree], 
     ``client`` holds ``x``, ``y``, ``mask`` (its test split), ``client`` (its row of ``state.clients``),
     ``key`` (an evaluation key of its own, per round and client) and, when ``train`` is given,
     ``train_x``, ``train_y``, ``train_mask`` (the same clients' training splits, same rows).
+
+    Args:
+      state: the algorithm state.
+      test: the clients' test data (``x``, ``y``, ``mask``, ``client_ids``).
+      train: the same clients' training data, or ``None``.
+      score: ``score(client, server) -> scalar`` accuracy of one client.
+      needs_train: refuse ``train=None`` (evaluation personalises on training data).
+      what: the algorithm's name, for the error message.
+
+    Returns:
+      ``{"client_ids", "accuracy", "n"}``, one entry per client of ``test``.
+
+    >>> from pflax.data import toy_federation
+    >>> out = evaluate_clients(State.create(jax.random.PRNGKey(0), {}, {}, 2, None, None), toy_federation()[1], None,
+    ...                        lambda c, server: c["mask"].mean())
+    >>> out["accuracy"].tolist(), out["n"].tolist()
+    ([1.0, 1.0], [20, 20])
     """
     _require_participants(test, "test")
     if needs_train and train is None:
@@ -366,6 +453,14 @@ class Algorithm:
       check_inputs: eager validation ``(state, batch, test=None)`` with readable errors.
       needs_train: ``evaluate`` personalises on training data (``train`` is required).
       summary: one line for ``pflax list``.
+
+    The functions' parameter names are checked on construction (``TypeError`` otherwise); :func:`build`
+    makes the usual entry.
+
+    >>> algo = Algorithm("demo", dict, lambda key, model, sample_x, num_clients, config: None,
+    ...                  lambda state, batch, test=None: None, lambda state, test, train=None: None, None, print)
+    >>> algo.name, algo.needs_train
+    ('demo', False)
     """
 
     name: str

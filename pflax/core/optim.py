@@ -17,7 +17,21 @@ PyTree = Any
 
 
 def pytorch_sgd(learning_rate: float, momentum: float = 0.0, weight_decay: float = 0.0) -> optax.GradientTransformation:
-    """SGD with coupled weight decay and heavy-ball momentum, exactly as ``torch.optim.SGD``."""
+    """SGD with coupled weight decay and heavy-ball momentum, exactly as ``torch.optim.SGD``.
+
+    Args:
+      learning_rate: step size ``lr >= 0``.
+      momentum: heavy-ball coefficient in ``[0, 1)`` (0: none).
+      weight_decay: L2 coefficient ``>= 0``, added to the gradient before momentum.
+
+    Returns:
+      An optax ``GradientTransformation``; raises ``ValueError`` on an out-of-range argument.
+
+    >>> import jax.numpy as jnp
+    >>> opt, w = pytorch_sgd(0.5, weight_decay=0.5), jnp.array([2.0])
+    >>> opt.update(jnp.array([1.0]), opt.init(w), w)[0].tolist()  # -lr * (g + wd * w)
+    [-1.0]
+    """
     if learning_rate < 0:
         raise ValueError(f"learning_rate must be >= 0, got {learning_rate}")
     if not 0.0 <= momentum < 1.0:
@@ -37,6 +51,18 @@ def freeze(optimizer: optax.GradientTransformation, trainable: PyTree) -> optax.
     Frozen leaves get neither weight decay nor momentum, as when PyTorch leaves them out of the
     optimiser. Because the zero update does not read the gradient, XLA drops the backward pass
     into frozen sub-trees entirely.
+
+    Args:
+      optimizer: the transformation for the trainable leaves.
+      trainable: a bool tree with the structure of the parameters (e.g. :func:`pflax.core.split.part_mask`).
+
+    Returns:
+      An optax ``GradientTransformation`` over the whole tree.
+
+    >>> import jax.numpy as jnp
+    >>> opt, p = freeze(optax.sgd(1.0), {"a": True, "b": False}), {"a": jnp.ones(1), "b": jnp.ones(1)}
+    >>> jax.tree.map(lambda u: u.tolist(), opt.update(p, opt.init(p), p)[0])
+    {'a': [-1.0], 'b': [0.0]}
     """
     labels = jax.tree.map(lambda t: "train" if t else "frozen", trainable)
     return optax.multi_transform({"train": optimizer, "frozen": optax.set_to_zero()}, labels)

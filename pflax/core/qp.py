@@ -115,6 +115,10 @@ def solve_simplex_qp(p: Array, *, warm_iters: int = 200, max_active_set_iter: in
 
     Call inside ``jax.enable_x64(True)`` with a float64 ``P`` for full accuracy (as
     :func:`pflax.algorithms.fedpac.combination.combination_weights` does).
+
+    >>> with jax.enable_x64(True):
+    ...     solve_simplex_qp(jnp.eye(2, dtype=jnp.float64)).round(6).tolist()
+    [0.5, 0.5]
     """
     m = p.shape[0]
     if m == 1:
@@ -152,6 +156,9 @@ def kkt_residual(p: Array, alpha: Array) -> Array:
 
     Returns:
       A scalar, 0 at an exact minimiser.
+
+    >>> float(kkt_residual(jnp.eye(2), jnp.array([1.0, 0.0])))  # a vertex: the gradient favours the other one
+    2.0
     """
     grad = 2.0 * p @ alpha
     level = jnp.sum(alpha * grad)

@@ -23,7 +23,16 @@ Array = jax.Array
 
 
 class ClassSums(NamedTuple):
-    """One client's per-class sample counts, feature sums and sums of squared feature norms."""
+    """One client's per-class sample counts, feature sums and sums of squared feature norms.
+
+    Attributes:
+      counts: ``[K]`` real samples per class, ``n_{i,y}``.
+      sums: ``[K, d]`` sum of the features ``f(x)`` over class ``y``.
+      sq_norms: ``[K]`` sum of ``||f(x)||^2`` over class ``y``.
+
+    >>> ClassSums(jnp.ones(2), jnp.zeros((2, 3)), jnp.ones(2)).sums.shape
+    (2, 3)
+    """
 
     counts: Array  # [K]   n_{i,y}
     sums: Array  # [K, d] sum of f(x) over class y
@@ -41,6 +50,9 @@ def class_sums(features: Array, labels: Array, mask: Array, num_classes: int) ->
 
     Returns:
       :class:`ClassSums` ``(counts [K], sums [K, d], sq_norms [K])``, summed in full precision.
+
+    >>> class_sums(jnp.array([[1.0, 2.0]]), jnp.array([1]), jnp.array([True]), 2).sq_norms.tolist()
+    [0.0, 5.0]
     """
     onehot = jax.nn.one_hot(labels, num_classes, dtype=features.dtype) * mask[:, None].astype(features.dtype)
     features = jnp.where(mask[:, None], features, 0.0)  # padded rows may hold anything, even NaN
@@ -67,6 +79,10 @@ def class_means(s: ClassSums) -> tuple[Array, Array]:
 
     Returns:
       ``(means [K, d], present [K])``; rows of absent classes are zero.
+
+    >>> means, present = class_means(ClassSums(jnp.array([2.0, 0.0]), jnp.array([[4.0], [0.0]]), jnp.zeros(2)))
+    >>> means.tolist(), present.tolist()
+    ([[2.0], [0.0]], [True, False])
     """
     present = s.counts > 0
     return safe_div(s.sums, s.counts[:, None]), present

@@ -29,6 +29,18 @@ StatefulLossFn = Callable[[PyTree, PyTree, dict, Array, Any], tuple[Array, PyTre
 
 
 def steps_per_epoch(n_max: int, batch_size: int) -> int:
+    """Minibatches per epoch, ``ceil(n_max / batch_size)``.
+
+    Args:
+      n_max: the padded number of samples per client.
+      batch_size: samples per minibatch (positive).
+
+    Returns:
+      The number of steps ``S`` of one epoch.
+
+    >>> steps_per_epoch(5, 2)
+    3
+    """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     return -(-n_max // batch_size)
@@ -39,6 +51,19 @@ def epoch_order(key: Array, mask: Array, epochs: int, batch_size: int) -> tuple[
 
     Real samples come first in a fresh uniform random order each epoch; padding slots are marked
     invalid. ``S = ceil(n_max / batch_size)``.
+
+    Args:
+      key: PRNG key of the shuffling.
+      mask: ``[n_max]`` bool, the client's real samples.
+      epochs: number of epochs.
+      batch_size: samples per minibatch.
+
+    Returns:
+      ``(indices, valid)``: sample indices (int) and bool validity, both ``[epochs * S, batch_size]``.
+
+    >>> idx, valid = epoch_order(jax.random.PRNGKey(0), jnp.array([True, True, False]), 2, 2)
+    >>> idx.shape, valid.sum(1).tolist()
+    ((4, 2), [2, 0, 2, 0])
     """
     n_max = mask.shape[0]
     per_epoch = steps_per_epoch(n_max, batch_size)
@@ -61,7 +86,19 @@ def _zero_invalid(a: Array, valid: Array) -> Array:
 
 
 def gather_minibatch(data: dict, idx: Array, valid: Array) -> dict:
-    """Rows ``idx`` of every per-sample array, with padding slots zeroed (for custom step loops)."""
+    """Rows ``idx`` of every per-sample array, with padding slots zeroed (for custom step loops).
+
+    Args:
+      data: a dict of per-sample arrays ``[n_max, ...]``.
+      idx: ``[B]`` sample indices (one row of :func:`epoch_order`'s ``indices``).
+      valid: ``[B]`` bool, the real slots.
+
+    Returns:
+      A dict of ``[B, ...]`` arrays.
+
+    >>> gather_minibatch({"x": jnp.array([5.0, 6.0, 7.0])}, jnp.array([2, 0]), jnp.array([True, False]))["x"].tolist()
+    [7.0, 0.0]
+    """
     return jax.tree.map(lambda a: _zero_invalid(a[idx], valid), data)
 
 
@@ -73,7 +110,24 @@ def sgd_steps(
     valid: Array,
     optimizer: optax.GradientTransformation,
 ) -> tuple[PyTree, Array]:
-    """Run one optimiser step per row of ``indices``; returns new params and the mean minibatch loss."""
+    """Run one optimiser step per row of ``indices``; returns new params and the mean minibatch loss.
+
+    Args:
+      params: the parameters to train.
+      loss_fn: ``loss_fn(params, minibatch, weights) -> scalar`` (a masked mean over the minibatch).
+      data: a dict of per-sample arrays ``[n_max, ...]``.
+      indices, valid: ``[steps, B]`` minibatch plan (:func:`epoch_order`).
+      optimizer: an optax transformation, initialised fresh here.
+
+    Returns:
+      ``(params, mean loss over the steps that had real samples)``.
+
+    >>> loss = lambda p, b, w: masked_mean((p - b["x"]) ** 2, w)
+    >>> p, l = sgd_steps(0.0, loss, {"x": jnp.array([1.0, 3.0])}, jnp.array([[0, 1]]), jnp.ones((1, 2), bool),
+    ...                  optax.sgd(0.5))
+    >>> float(p), float(l)
+    (2.0, 5.0)
+    """
     stateless = lambda p, aux, batch, w, _key: (loss_fn(p, batch, w), aux)
     params, _, loss = sgd_steps_stateful(params, (), stateless, data, indices, valid, optimizer, None)
     return params, loss
@@ -94,8 +148,22 @@ def sgd_steps_stateful(
 
     ``loss_fn(params, model_state, batch, weights, step_key) -> (loss, new_model_state)``; the step
     key is ``fold_in(key, step)``. Only ``params`` are optimised; ``model_state`` is threaded through
-    the steps. A minibatch with no real sample changes neither. Returns ``(params, model_state,
-    mean_loss)``.
+    the steps. A minibatch with no real sample changes neither.
+
+    Args:
+      params, model_state: the trained parameters and the threaded model state.
+      loss_fn: ``(params, model_state, batch, weights, step_key) -> (loss, new_model_state)``.
+      data, indices, valid, optimizer: as in :func:`sgd_steps`.
+      key: PRNG key of the per-step randomness, or ``None`` (then ``step_key`` is ``None``).
+
+    Returns:
+      ``(params, model_state, mean_loss)``.
+
+    >>> count = lambda p, s, b, w, k: (masked_mean((p - b["x"]) ** 2, w), s + 1)
+    >>> p, s, l = sgd_steps_stateful(0.0, 0, count, {"x": jnp.array([1.0, 3.0])}, jnp.array([[0], [1]]),
+    ...                              jnp.array([[True], [False]]), optax.sgd(0.5), None)
+    >>> float(p), int(s), float(l)  # the second minibatch has no real sample: a no-op
+    (1.0, 1, 1.0)
     """
     opt_state = optimizer.init(params)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -126,20 +194,27 @@ def _trains(epochs: int) -> bool:
     return epochs > 0
 
 
-def local_train(
-    params: PyTree,
-    loss_fn: LossFn,
-    data: dict,
-    mask: Array,
-    key: Array,
-    *,
-    epochs: int,
-    batch_size: int,
-    optimizer: optax.GradientTransformation,
-) -> tuple[PyTree, Array]:
+def local_train(params: PyTree, loss_fn: LossFn, data: dict, mask: Array, key: Array, *, epochs: int,
+                batch_size: int, optimizer: optax.GradientTransformation) -> tuple[PyTree, Array]:
     """``epochs`` epochs of minibatch training of ``params`` on one client's masked data.
 
-    Returns ``(params, mean_loss)``. With ``epochs == 0`` the parameters come back unchanged.
+    Args:
+      params: the parameters to train.
+      loss_fn: ``loss_fn(params, minibatch, weights) -> scalar`` (a masked mean).
+      data: a dict of per-sample arrays ``[n_max, ...]``.
+      mask: ``[n_max]`` bool, the real samples.
+      key: PRNG key of the shuffling.
+      epochs, batch_size: the training length and minibatch size.
+      optimizer: an optax transformation, initialised fresh for this call.
+
+    Returns:
+      ``(params, mean_loss)``. With ``epochs == 0`` the parameters come back unchanged.
+
+    >>> p, l = local_train(0.0, lambda p, b, w: masked_mean((p - b["x"]) ** 2, w), {"x": jnp.array([2.0, 2.0, 9.0])},
+    ...                    jnp.array([True, True, False]), jax.random.PRNGKey(0), epochs=2, batch_size=2,
+    ...                    optimizer=optax.sgd(0.25))
+    >>> float(p), float(l)  # 0 -> 1 -> 1.5 (losses 4, 1); the padded sample never counts
+    (1.5, 2.5)
     """
     if not _trains(epochs):
         return params, jnp.zeros((), jnp.float32)
@@ -147,21 +222,27 @@ def local_train(
     return sgd_steps(params, loss_fn, data, indices, valid, optimizer)
 
 
-def local_train_stateful(
-    params: PyTree,
-    model_state: PyTree,
-    loss_fn: StatefulLossFn,
-    data: dict,
-    mask: Array,
-    key: Array,
-    *,
-    epochs: int,
-    batch_size: int,
-    optimizer: optax.GradientTransformation,
-) -> tuple[PyTree, PyTree, Array]:
+def local_train_stateful(params: PyTree, model_state: PyTree, loss_fn: StatefulLossFn, data: dict, mask: Array,
+                         key: Array, *, epochs: int, batch_size: int,
+                         optimizer: optax.GradientTransformation) -> tuple[PyTree, PyTree, Array]:
     """:func:`local_train` for models with state (BatchNorm) and per-step noise: returns
     ``(params, model_state, mean_loss)``. The shuffling key and the per-step noise keys are
-    independent streams split from ``key``."""
+    independent streams split from ``key``.
+
+    Args:
+      params, model_state: the trained parameters and the threaded model state (e.g. BatchNorm statistics).
+      loss_fn: ``(params, model_state, batch, weights, step_key) -> (loss, new_model_state)``.
+      data, mask, key, epochs, batch_size, optimizer: as in :func:`local_train`.
+
+    Returns:
+      ``(params, model_state, mean_loss)``.
+
+    >>> steps = lambda p, s, b, w, k: (masked_mean((p - b["x"]) ** 2, w), s + 1)
+    >>> p, s, l = local_train_stateful(0.0, 0, steps, {"x": jnp.array([2.0, 2.0, 9.0])}, jnp.array([True, True, False]),
+    ...                                jax.random.PRNGKey(0), epochs=2, batch_size=2, optimizer=optax.sgd(0.25))
+    >>> float(p), int(s), float(l)  # two real minibatches counted; the empty ones change nothing
+    (1.5, 2, 2.5)
+    """
     if not _trains(epochs):
         return params, model_state, jnp.zeros((), jnp.float32)
     k_order, k_noise = jax.random.split(key)
@@ -170,7 +251,19 @@ def local_train_stateful(
 
 
 def batched_apply(fn: Callable[[Array], Array], x: Array, chunk: int = 200) -> Array:
-    """``fn`` over the leading axis of ``x`` in chunks (bounded memory for feature extraction)."""
+    """``fn`` over the leading axis of ``x`` in chunks (bounded memory for feature extraction).
+
+    Args:
+      fn: a function of a ``[chunk, ...]`` batch (row-wise, so the zero padding of the last chunk is harmless).
+      x: ``[n, ...]`` inputs.
+      chunk: rows per call of ``fn``.
+
+    Returns:
+      ``fn(x)``, computed ``chunk`` rows at a time.
+
+    >>> batched_apply(lambda a: a * 2, jnp.arange(5.0), chunk=2).tolist()
+    [0.0, 2.0, 4.0, 6.0, 8.0]
+    """
     n = x.shape[0]
     if n <= chunk:
         return fn(x)

@@ -15,8 +15,19 @@ Array = jax.Array
 
 @struct.dataclass
 class ClientData:
-    """``x [m, n_max, ...]``, ``y [m, n_max]``, ``mask [m, n_max]`` (True on real samples) and
-    ``client_ids [m]`` (which of the federation's clients these rows are)."""
+    """Padded per-client arrays, client axis first (a ``flax.struct`` dataclass, so a pytree).
+
+    Attributes:
+      x: samples ``[m, n_max, ...]`` (zeros in padded slots).
+      y: int labels ``[m, n_max]`` (0 in padded slots).
+      mask: ``[m, n_max]``, True on real samples.
+      client_ids: ``[m]``, which of the federation's clients these rows are.
+      num_clients, n_max: ``m`` and ``n_max``; ``sizes``: real samples per row ``[m]``.
+
+    >>> data = from_partition(np.zeros((3, 2)), np.array([0, 1, 1]), [np.array([0, 1]), np.array([2])])
+    >>> data.num_clients, data.n_max, data.sizes.tolist(), data.take([1]).client_ids.tolist()
+    (2, 2, [2, 1], [1])
+    """
 
     x: Array
     y: Array
@@ -36,14 +47,39 @@ class ClientData:
         return self.mask.sum(axis=1)
 
     def take(self, ids) -> "ClientData":
-        """Rows for the given client ids (positions in this array, which for a full federation are the ids)."""
+        """Rows for the given client ids (positions in this array, which for a full federation are the ids).
+
+        Args:
+          ids: row positions (int sequence or array).
+
+        Returns:
+          A :class:`ClientData` with those rows, ``client_ids`` included.
+
+        >>> train, _ = toy_federation(num_clients=3)
+        >>> train.take([2, 0]).client_ids.tolist()
+        [2, 0]
+        """
         ids = jnp.asarray(ids, jnp.int32)
         return ClientData(self.x[ids], self.y[ids], self.mask[ids], self.client_ids[ids])
 
 
 def from_partition(x: np.ndarray, y: np.ndarray, clients: Sequence[np.ndarray], n_max: int | None = None) -> ClientData:
     """Gather a partition (list of index arrays) into padded arrays. Padding repeats nothing: padded
-    slots hold zeros and ``mask = False``."""
+    slots hold zeros and ``mask = False``.
+
+    Args:
+      x, y: the pooled samples ``[n, ...]`` and labels ``[n]``.
+      clients: one index array into ``x``/``y`` per client.
+      n_max: the padded length (default: the largest client); smaller than a client raises
+        :class:`DataError`.
+
+    Returns:
+      :class:`ClientData` with rows ``0 .. len(clients) - 1`` and ``client_ids = arange(len(clients))``.
+
+    >>> data = from_partition(np.arange(5.0)[:, None], np.arange(5) % 2, [np.array([0, 2]), np.array([4])])
+    >>> data.x.shape, data.mask.tolist()
+    ((2, 2, 1), [[True, True], [True, False]])
+    """
     x, y = np.asarray(x), np.asarray(y)
     sizes = [len(c) for c in clients]
     if not sizes:
@@ -99,6 +135,21 @@ def validate(data: ClientData, num_classes: int, sample_shape: tuple | None = No
     non-float ``x`` or non-integer ``y``, labels of real samples outside ``[0, num_classes)``, NaN/Inf
     anywhere in ``x`` (padded slots included), and duplicate client ids. An empty client (all-False
     mask row) is valid: algorithms give it weight 0 and leave its parameters unchanged.
+
+    Args:
+      data: the :class:`ClientData` to check.
+      num_classes: labels of real samples must lie in ``[0, num_classes)``.
+      sample_shape: the shape one sample must have (not checked when None).
+      what: the name used in messages (e.g. ``"train"``).
+
+    Returns:
+      None.
+
+    >>> train, _ = toy_federation()
+    >>> validate(train, num_classes=5, what="train")
+    Traceback (most recent call last):
+      ...
+    pflax.data.sources.DataError: train: labels must lie in [0, 5), found [0, 9]
     """
     if data.x.ndim < 2 or data.y.ndim != 2 or data.mask.ndim != 2:
         raise DataError(

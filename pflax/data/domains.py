@@ -91,8 +91,21 @@ def _box_blur(img: np.ndarray) -> np.ndarray:
 
 
 def transform(domain: str, digits: np.ndarray, rng: np.random.Generator, textures: np.ndarray | None = None) -> np.ndarray:
-    """Apply ``domain``'s transform to uint8 digits ``[n, 28, 28]``; returns float32 RGB ``[n, 32, 32, 3]``
-    in [0, 1]. ``textures`` (uint8 ``[m, 28, 28]``, Fashion-MNIST) is needed by ``mnistm``."""
+    """Apply ``domain``'s transform (see the module docstring) to uint8 digits.
+
+    Args:
+      domain: one of :data:`DOMAINS`.
+      digits: uint8 ``[n, 28, 28]``.
+      rng: the generator of the domain's random colours, textures, angles and noise.
+      textures: uint8 ``[m, 28, 28]`` (Fashion-MNIST), needed by ``mnistm``.
+
+    Returns:
+      Float32 RGB ``[n, 32, 32, 3]`` in [0, 1].
+
+    >>> out = transform("mnist", np.full((2, 28, 28), 255, np.uint8), np.random.default_rng(0))
+    >>> out.shape, float(out[0, 0, 0, 0]), float(out[0, 16, 16, 0])
+    ((2, 32, 32, 3), 0.0, 1.0)
+    """
     g = _pad32(digits.astype(np.float32) / 255.0)
     n = g.shape[0]
     if domain == "mnist":
@@ -124,7 +137,17 @@ def transform(domain: str, digits: np.ndarray, rng: np.random.Generator, texture
 
 
 def normalize(rgb01: np.ndarray) -> np.ndarray:
-    """FedBN's ``Normalize((0.5,) * 3, (0.5,) * 3)``: [0, 1] -> [-1, 1]."""
+    """FedBN's ``Normalize((0.5,) * 3, (0.5,) * 3)``: [0, 1] -> [-1, 1].
+
+    Args:
+      rgb01: images in [0, 1].
+
+    Returns:
+      ``(rgb01 - 0.5) / 0.5`` as float32.
+
+    >>> normalize(np.array([0.0, 0.5, 1.0])).tolist()
+    [-1.0, 0.0, 1.0]
+    """
     return ((rgb01 - 0.5) / 0.5).astype(np.float32)
 
 
@@ -132,8 +155,20 @@ def digit_domains(data_dir: str | os.PathLike, domains: tuple[str, ...] = DOMAIN
                   test_per_domain: int | None = None, seed: int = 0) -> tuple[ClientData, ClientData, list[str]]:
     """The offline cross-domain federation: client ``i`` is domain ``domains[i]``.
 
-    ``data_dir`` holds ``mnist/`` and ``fashion_mnist/`` IDX folders. Returns ``(train, test, names)``;
-    ``test_per_domain=None`` keeps the full 10,000-image test set per domain.
+    Args:
+      data_dir: holds ``mnist/`` and ``fashion_mnist/`` IDX folders (the latter only for ``mnistm``).
+      domains: a subset of :data:`DOMAINS`, in client order.
+      train_per_domain: MNIST training images per domain, no overlap between domains (FedPick: 1000).
+      test_per_domain: test images per domain; None keeps the full 10,000-image test set.
+      seed: seeds the image choice and every domain's transform.
+
+    Returns:
+      ``(train, test, names)``: padded :class:`~pflax.data.ClientData` and the domain names.
+
+    >>> digit_domains("/no/such/folder")
+    Traceback (most recent call last):
+      ...
+    pflax.data.sources.DataError: data directory '/no/such/folder/mnist' does not exist
     """
     root = Path(data_dir)
     if not domains:
@@ -194,7 +229,22 @@ def digits_five_tfds(data_dir: str | None = None, train_per_domain: int = 1000, 
                      domains: tuple[str, ...] = DIGITS_FIVE) -> tuple[ClientData, ClientData, list[str]]:
     """Digits-Five (FedPick, FedBN): MNIST and SVHN through TensorFlow Datasets (network on first use);
     MNIST-M, USPS and SynthDigits from ``<data_dir>/<domain>/data.npz``. Images RGB 32x32, normalised
-    to [-1, 1]; ``train_per_domain`` training images per domain; full test sets."""
+    to [-1, 1]; ``train_per_domain`` training images per domain; full test sets.
+
+    Args:
+      data_dir: TFDS's folder and the parent of the ``<domain>/data.npz`` folders.
+      train_per_domain: training images drawn per domain.
+      seed: seeds the draw.
+      domains: a subset of :data:`DIGITS_FIVE`, in client order.
+
+    Returns:
+      ``(train, test, names)``: padded :class:`~pflax.data.ClientData` and the domain names.
+
+    >>> digits_five_tfds(domains=("usps",))
+    Traceback (most recent call last):
+      ...
+    pflax.data.sources.DataError: domain 'usps' is not in TensorFlow Datasets; pass data_dir with usps/data.npz
+    """
     rng = np.random.default_rng(seed)
     xs_tr, ys_tr, xs_te, ys_te = [], [], [], []
     for domain in domains:

@@ -31,8 +31,20 @@ _TEN_CLASS_GROUPS = [[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8], [8, 9, 0]]
 
 
 def check_labels(labels, num_classes: int | None) -> tuple[np.ndarray, int]:
-    """Validate a 1-D integer label array; returns it as numpy and the number of classes
-    (``num_classes``, or ``max + 1`` when it is None). Every partitioner starts here."""
+    """Validate a 1-D integer label array; every partitioner starts here.
+
+    Args:
+      labels: the labels (array-like).
+      num_classes: the number of classes, or None for ``max + 1``.
+
+    Returns:
+      ``(labels as numpy, number of classes)``. Raises :class:`DataError` for a non-1-D, empty,
+      non-integer or out-of-range array.
+
+    >>> labels, k = check_labels([2, 0, 1], None)
+    >>> labels.tolist(), k
+    ([2, 0, 1], 3)
+    """
     labels = np.asarray(labels)
     if labels.ndim != 1:
         raise DataError(f"labels must be 1-D, got shape {labels.shape}")
@@ -52,6 +64,14 @@ def check_count(value, name: str, minimum: int = 1) -> int:
     """``value`` as a Python int after checking it is an integer (not a bool) ``>= minimum``; a
     :class:`DataError` naming ``name`` otherwise.
 
+    Args:
+      value: the count to check.
+      name: the argument's name, for the message.
+      minimum: the smallest allowed value.
+
+    Returns:
+      ``int(value)``.
+
     >>> check_count(3, "num_clients")
     3
     """
@@ -64,7 +84,18 @@ def check_count(value, name: str, minimum: int = 1) -> int:
 
 def resolve_groups(num_classes: int, groups) -> list[list[int]]:
     """``groups`` as lists of classes, or :func:`dominant_groups` of ``num_classes`` when ``groups`` is
-    None (a :class:`DataError` when FedPAC defines none for that many classes)."""
+    None (a :class:`DataError` when FedPAC defines none for that many classes).
+
+    Args:
+      num_classes: the number of classes.
+      groups: dominant-class groups (iterables of classes), or None.
+
+    Returns:
+      A list of lists of classes.
+
+    >>> resolve_groups(10, [(0, 1)]), len(resolve_groups(62, None))
+    ([[0, 1]], 3)
+    """
     if groups is not None:
         return [list(g) for g in groups]
     try:
@@ -75,7 +106,17 @@ def resolve_groups(num_classes: int, groups) -> list[list[int]]:
 
 def dominant_groups(num_classes: int) -> list[list[int]]:
     """FedPAC's dominant-class sets: 5 overlapping triples for 10 classes; digits / upper / lower for
-    EMNIST-byclass (62). Client ``i`` belongs to group ``i mod len(groups)``."""
+    EMNIST-byclass (62). Client ``i`` belongs to group ``i mod len(groups)``.
+
+    Args:
+      num_classes: 10 or 62 (anything else raises ``ValueError``).
+
+    Returns:
+      A list of lists of classes, one per group.
+
+    >>> dominant_groups(10)[:2], [len(g) for g in dominant_groups(62)]
+    ([[0, 1, 2], [2, 3, 4]], [10, 26, 26])
+    """
     if num_classes == 10:
         return [list(g) for g in _TEN_CLASS_GROUPS]
     if num_classes == 62:
@@ -108,6 +149,23 @@ def fedpac_shards(
     run past the end of its class block restarts at the block's beginning, so later clients re-use
     samples (official behaviour). With ``wrap=False`` that raises instead, so no sample is ever used
     twice. Call it on the test labels with the same arguments to get the matching test split.
+
+    Args:
+      labels: int labels ``[n]``.
+      num_clients, samples_per_client: ``m`` clients of ``n`` samples each.
+      s: the uniform share (FedPAC's default 0.2).
+      num_classes: default ``max label + 1``.
+      groups: dominant-class groups (default :func:`dominant_groups`).
+      start_cursor, wrap: see above.
+
+    Returns:
+      One int index array into ``labels`` per client. A take ``floor(t/K)`` per class, remainder to
+      the last class (official rule).
+
+    >>> y = np.arange(200) % 10
+    >>> clients = fedpac_shards(y, num_clients=5, samples_per_client=10)
+    >>> len(clients), np.bincount(y[clients[0]], minlength=10).tolist()
+    (5, [2, 2, 4, 0, 0, 0, 0, 0, 0, 2])
     """
     if num_clients < 1 or samples_per_client < 1:
         raise ValueError("num_clients and samples_per_client must be positive")
@@ -133,6 +191,19 @@ def fedpac_shards_sized(
     the official within-class order (numpy's default argsort); an integer replaces it by a seeded
     permutation inside every class block, so repetitions can draw different samples. A size of 0 is a
     :class:`DataError` unless ``allow_empty=True``.
+
+    Args:
+      labels: int labels ``[n]``.
+      sizes: samples per client (non-empty int sequence).
+      s, num_classes, groups, start_cursor, wrap: as in :func:`fedpac_shards`.
+      order_seed: None (official order) or a seed for the within-class order.
+      allow_empty: whether a size of 0 is allowed.
+
+    Returns:
+      One int index array into ``labels`` per client.
+
+    >>> [c.size for c in fedpac_shards_sized(np.arange(200) % 10, [5, 20, 10])]
+    [5, 20, 10]
     """
     labels, k = check_labels(labels, num_classes)
     if not 0.0 <= s <= 1.0:
@@ -197,6 +268,20 @@ def dirichlet(
 
     Each sample goes to exactly one client. Redrawn (up to ``max_tries``) until every client holds at
     least ``min_size`` samples.
+
+    Args:
+      labels: int labels ``[n]``.
+      num_clients: number of clients.
+      beta: the Dirichlet concentration (> 0; small = skewed).
+      seed: seeds the shuffles and proportions.
+      min_size, max_tries: the redraw rule above (:class:`DataError` when it never holds).
+
+    Returns:
+      One sorted int index array per client; together they cover every sample once.
+
+    >>> clients = dirichlet(np.arange(100) % 10, num_clients=3, beta=0.5, seed=0)
+    >>> len(clients), sum(c.size for c in clients)
+    (3, 100)
     """
     labels, _ = check_labels(labels, None)
     if beta <= 0:
@@ -220,7 +305,19 @@ def dirichlet(
 
 
 def class_counts(labels: np.ndarray, clients: list[np.ndarray], num_classes: int) -> np.ndarray:
-    """``[num_clients, num_classes]`` label histogram of a partition."""
+    """``[num_clients, num_classes]`` label histogram of a partition.
+
+    Args:
+      labels: int labels ``[n]``.
+      clients: one index array into ``labels`` per client.
+      num_classes: the histogram's width.
+
+    Returns:
+      An int array ``[len(clients), num_classes]``.
+
+    >>> class_counts(np.array([0, 1, 1, 2]), [np.array([0, 1]), np.array([2, 3])], 3).tolist()
+    [[1, 1, 0], [0, 1, 1]]
+    """
     labels = np.asarray(labels)
     return np.stack([np.bincount(labels[c], minlength=num_classes) for c in clients])
 
@@ -240,6 +337,17 @@ def pathological_class_sets(
     a group. ``"clustered"``: one uniform draw per group, redrawn until the groups' sets are pairwise
     different, and every member of the group uses it. (Our reading of FedPAC App. C.7, whose Table 7
     settings are :func:`pflax.suites.fedpac.pathological_class_sets`.)
+
+    Args:
+      num_clients: number of clients.
+      classes_per_group: classes per client, one entry per group.
+      mode: ``"random"`` or ``"clustered"``.
+      num_classes: classes to draw from.
+      seed: seeds the draws.
+      max_tries: redraws allowed in ``"clustered"`` mode (:class:`DataError` after).
+
+    Returns:
+      One sorted int64 array of classes per client.
 
     >>> [s.size for s in pathological_class_sets(4, (2, 3), num_classes=5)]
     [2, 3, 2, 3]
@@ -287,7 +395,16 @@ def pathological(
     ``disjoint=False`` draws every client's samples independently (no repeats inside a client, clients
     may share), which test splits need (e.g. 300 test samples per client from CIFAR's 1000 per class).
 
-    Returns ``(clients, class_sets)``.
+    Args:
+      labels: int labels ``[n]``.
+      num_clients, samples_per_client: ``m`` clients of ``n`` samples each.
+      classes_per_group, mode, seed: as in :func:`pathological_class_sets`.
+      num_classes: default ``max label + 1``.
+      class_sets: fixed per-client class sets (overrides the draw).
+      disjoint: see above.
+
+    Returns:
+      ``(clients, class_sets)``: one sorted index array and one sorted class array per client.
 
     >>> clients, sets = pathological(np.arange(100) % 10, 2, 6, classes_per_group=(2, 3), seed=0)
     >>> [c.size for c in clients], [s.size for s in sets]
@@ -354,7 +471,15 @@ def dirichlet_matched(
     ``min_size`` (train) defaults to 10, the usual NIID-Bench ``min_require_size``.
     ``min_size=0`` / ``min_test_size=0`` allow empty clients.
 
-    Returns the train partition, or ``(train, test)`` when ``y_test`` is given.
+    Args:
+      y_train, y_test: int labels of the two splits (``y_test`` may be None).
+      num_clients, beta, seed: as in :func:`dirichlet`.
+      min_size, min_test_size: the smallest allowed train / test client.
+      num_classes: default ``max train label + 1``.
+      max_tries: redraws before :class:`DataError`.
+
+    Returns:
+      The train partition, or ``(train, test)`` when ``y_test`` is given (lists of sorted index arrays).
 
     >>> train, test = dirichlet_matched(np.arange(200) % 10, np.arange(50) % 10, 4, 1.0, min_size=1)
     >>> len(train), sum(c.size for c in train), sum(c.size for c in test)
@@ -399,20 +524,23 @@ def dirichlet_matched(
 
 def shard_layout(k: int, layout: dict) -> dict:
     """``layout`` (the keyword options of :func:`fedpac_shards_sized`: ``groups``, ``start_cursor``,
-    ``wrap``, ``order_seed``, ``allow_empty``) with ``groups`` checked and defaulted."""
+    ``wrap``, ``order_seed``, ``allow_empty``) with ``groups`` checked and defaulted.
+
+    Args:
+      k: the number of classes.
+      layout: the keyword options.
+
+    Returns:
+      A new dict with ``groups`` set (:func:`resolve_groups`).
+
+    >>> shard_layout(10, {"wrap": False})
+    {'wrap': False, 'groups': [[0, 1, 2], [2, 3, 4], [4, 5, 6], [6, 7, 8], [8, 9, 0]]}
+    """
     return {**layout, "groups": resolve_groups(k, layout.get("groups"))}
 
 
-def quantity_skew(
-    labels: np.ndarray,
-    large: int,
-    small: int,
-    num_clients: int = 20,
-    num_large: int | None = None,
-    s: float = 0.2,
-    num_classes: int | None = None,
-    **layout,
-) -> list[np.ndarray]:
+def quantity_skew(labels: np.ndarray, large: int, small: int, num_clients: int = 20, num_large: int | None = None,
+                  s: float = 0.2, num_classes: int | None = None, **layout) -> list[np.ndarray]:
     """Quantity skew with "large" and "small" clients on top of FedPAC's s% + dominant-class partition.
 
     Clients ``0 .. num_large-1`` hold ``large`` samples and the rest ``small`` (``num_large`` defaults
@@ -420,8 +548,20 @@ def quantity_skew(
     FedCollab's own FMNIST setting is 2100 vs ``floor(2100 e^-5 + 0.49) = 14`` training samples, built by
     :func:`pflax.suites.fedcollab.label_shift_partition`). Dominant-class groups are ``i mod 5``, so with 20
     clients every group has two large and two small members. ``small=0`` needs ``allow_empty=True``.
-    ``layout``: :func:`fedpac_shards_sized`'s ``groups``, ``start_cursor``, ``wrap``, ``order_seed``,
-    ``allow_empty``.
+
+    Args:
+      labels: int labels ``[n]``.
+      large, small: samples of a large / small client.
+      num_clients, num_large: clients in all / large ones.
+      s, num_classes: as in :func:`fedpac_shards`.
+      **layout: :func:`fedpac_shards_sized`'s ``groups``, ``start_cursor``, ``wrap``, ``order_seed``,
+        ``allow_empty``.
+
+    Returns:
+      One int index array into ``labels`` per client.
+
+    >>> [c.size for c in quantity_skew(np.arange(400) % 10, large=30, small=10, num_clients=4)]
+    [30, 30, 10, 10]
     """
     labels, k = check_labels(labels, num_classes)
     num_clients = check_count(num_clients, "num_clients")

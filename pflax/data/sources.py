@@ -16,10 +16,15 @@ __all__ = ["Dataset", "DataError", "load_idx_dir", "load_dataset", "load_tfds", 
 
 
 class DataError(ValueError):
-    """Raised for missing, corrupt or inconsistent data."""
+    """Raised for missing, corrupt or inconsistent data; a ``ValueError``, so callers may catch either.
+
+    >>> issubclass(DataError, ValueError)
+    True
+    """
 
 
-# Official FedPAC transforms (spec A.7): FMNIST/EMNIST use the MNIST statistics.
+# Official FedPAC transforms (``data_loader.py`` of https://github.com/JianXu95/FedPAC): FMNIST/EMNIST
+# use the MNIST statistics.
 NORMALIZATION = {
     "mnist": ((0.1307,), (0.3081,)),
     "fashion_mnist": ((0.1307,), (0.3081,)),
@@ -30,6 +35,21 @@ NORMALIZATION = {
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
+    """A dataset's two splits as numpy arrays, checked on construction.
+
+    Attributes:
+      name: the dataset's name (picks :data:`NORMALIZATION` statistics in the loaders).
+      x_train, x_test: images ``[n, H, W, C]``, float32, normalised.
+      y_train, y_test: int labels ``[n]`` in ``[0, num_classes)``.
+      num_classes: number of classes.
+
+    Raises :class:`DataError` when a split's images and labels disagree in number, a label is out of
+    range or an image holds NaN/Inf.
+
+    >>> z = np.zeros((2, 2, 2, 1), np.float32)
+    >>> Dataset("tiny", z, np.array([0, 1]), z[:1], np.array([1]), num_classes=2).x_test.shape
+    (1, 2, 2, 1)
+    """
     name: str
     x_train: np.ndarray
     y_train: np.ndarray
@@ -55,7 +75,21 @@ def _open(path: Path):
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """Read one IDX file (optionally gzipped), validating its header against its payload."""
+    """Read one IDX file (optionally gzipped), validating its header against its payload.
+
+    Args:
+      path: an IDX file of unsigned bytes (magic ``0x0000 08 <ndim>``), plain or ``.gz``.
+
+    Returns:
+      The uint8 array of the shape the header gives. Raises :class:`DataError` for a bad magic number
+      or a header/payload mismatch, ``FileNotFoundError`` for a missing file.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "t.idx").write_bytes(bytes([0, 0, 8, 1, 0, 0, 0, 3, 7, 8, 9]))
+    ...     print(read_idx(Path(folder) / "t.idx").tolist())
+    [7, 8, 9]
+    """
     path = Path(path)
     try:
         with _open(path) as f:
@@ -109,7 +143,24 @@ def _normalize(images: np.ndarray, name: str) -> np.ndarray:
 def load_idx_dir(directory: str | os.PathLike, name: str | None = None, num_classes: int | None = None) -> Dataset:
     """Load MNIST-style data from ``directory``: the four IDX files (``.gz`` or plain) or ``data.npz``
     with ``x_train, y_train, x_test, y_test`` (uint8 images). Images are scaled to [0, 1] and
-    normalised with the dataset's statistics (FedPAC's transforms)."""
+    normalised with the dataset's statistics (FedPAC's transforms).
+
+    Args:
+      directory: the folder holding the files.
+      name: the dataset's name (default: the folder's name); picks the :data:`NORMALIZATION` entry
+        (mean/std 0.5 for names not in it).
+      num_classes: default ``max label + 1``.
+
+    Returns:
+      A :class:`Dataset`, images NHWC float32. Raises :class:`DataError` for a missing folder or file.
+
+    >>> import tempfile
+    >>> img, labels = np.zeros((2, 3, 3), np.uint8), np.array([0, 1])
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     np.savez(f"{folder}/data.npz", x_train=img, y_train=labels, x_test=img, y_test=labels)
+    ...     print(load_idx_dir(folder, name="mnist").x_train.shape)
+    (2, 3, 3, 1)
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"data directory {str(directory)!r} does not exist")
@@ -141,7 +192,19 @@ def load_idx_dir(directory: str | os.PathLike, name: str | None = None, num_clas
 
 
 def load_tfds(name: str, data_dir: str | None = None) -> Dataset:
-    """Load a named dataset with TensorFlow Datasets (needs the ``tfds`` extra and a network on first use)."""
+    """Load a named dataset with TensorFlow Datasets (needs the ``tfds`` extra and a network on first use).
+
+    Args:
+      name: a TFDS name such as ``"mnist"``, ``"fashion_mnist"``, ``"emnist/byclass"``, ``"cifar10"``.
+      data_dir: TFDS's download/cache folder (TFDS's default when None).
+
+    Returns:
+      A :class:`Dataset` normalised with :data:`NORMALIZATION`. Raises :class:`DataError` when TFDS
+      is missing or cannot load the dataset (offline, use :func:`load_idx_dir`).
+
+    >>> load_tfds("mnist").x_train.shape  # doctest: +SKIP
+    (60000, 28, 28, 1)
+    """
     try:
         import tensorflow_datasets as tfds  # type: ignore
     except ImportError as err:
@@ -178,6 +241,20 @@ def synthetic(
     class pattern, randomly shifted by up to 2 pixels and scaled in contrast, plus Gaussian noise.
     Hard enough that a linear model does not saturate, easy enough that the FedPAC CNN learns it in a
     few rounds. Fully determined by ``seed``.
+
+    Args:
+      num_classes: number of classes (patterns).
+      train_per_class, test_per_class: samples per class in each split (labels shuffled).
+      image_size: side of the square one-channel images.
+      seed: seeds patterns, shifts, contrast and noise.
+      noise: standard deviation of the Gaussian pixel noise.
+
+    Returns:
+      A :class:`Dataset` named ``"synthetic"``, images ``[n, image_size, image_size, 1]`` float32.
+
+    >>> ds = synthetic(num_classes=3, train_per_class=2, test_per_class=1, image_size=4)
+    >>> ds.x_train.shape, sorted(ds.y_test.tolist())
+    ((6, 4, 4, 1), [0, 1, 2])
     """
     rng = np.random.default_rng(seed)
     grid = np.linspace(0, 1, image_size + 4, dtype=np.float32)
@@ -212,7 +289,22 @@ _DIR_NAMES = {"fashion_mnist": "fashion_mnist", "fmnist": "fashion_mnist", "mnis
 
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int = 0) -> Dataset:
     """Resolve a dataset by name: ``synthetic`` (built in), a local directory when ``data_dir`` is
-    given (``data_dir/<name>/`` or ``data_dir`` itself), else TensorFlow Datasets."""
+    given (``data_dir/<name>/`` or ``data_dir`` itself), else TensorFlow Datasets.
+
+    Args:
+      name: ``"synthetic"``, or a dataset name (``"fmnist"``/``"fashion-mnist"`` map to
+        ``fashion_mnist``); case and ``-``/``_`` are ignored.
+      data_dir: a folder for :func:`load_idx_dir`; None loads through :func:`load_tfds`.
+      seed: the seed of ``synthetic`` (ignored otherwise).
+
+    Returns:
+      A :class:`Dataset`. Raises :class:`DataError` when ``data_dir`` does not exist.
+
+    >>> load_dataset("mnist", data_dir="/no/such/folder")
+    Traceback (most recent call last):
+      ...
+    pflax.data.sources.DataError: data directory '/no/such/folder' does not exist
+    """
     key = name.lower().replace("-", "_")
     if key == "synthetic":
         return synthetic(seed=seed)

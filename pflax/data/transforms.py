@@ -29,10 +29,19 @@ __all__ = ["concept_shift_maps", "relabel", "relabel_clients", "rotation_angles"
 def concept_shift_maps(num_clients: int, num_classes: int, num_groups: int, seed: int = 0) -> np.ndarray:
     """Per-client label maps for a concept shift: one permutation of the labels per group of clients.
 
-    Returns an int array ``[num_clients, num_classes]``; row ``i`` is the permutation of group
-    ``i mod num_groups`` and maps a true label ``y`` to ``row[y]``. The permutations are drawn
-    uniformly at random from ``default_rng(seed)``, one per group, redrawn until all groups'
-    permutations are pairwise different (group 0 is not forced to the identity).
+    Row ``i`` is the permutation of group ``i mod num_groups`` and maps a true label ``y`` to
+    ``row[y]``. The permutations are drawn uniformly at random from ``default_rng(seed)``, one per
+    group, redrawn until all groups' permutations are pairwise different (group 0 is not forced to the
+    identity).
+
+    Args:
+      num_clients: number of clients.
+      num_classes: number of labels (>= 2).
+      num_groups: number of distinct permutations.
+      seed: seeds the draws.
+
+    Returns:
+      An int array ``[num_clients, num_classes]``.
 
     >>> maps = concept_shift_maps(4, 3, 2, seed=0)
     >>> maps.shape, bool((maps[0] == maps[2]).all()), bool((maps[0] == maps[1]).all())
@@ -53,7 +62,18 @@ def concept_shift_maps(num_clients: int, num_classes: int, num_groups: int, seed
 
 
 def relabel(y: np.ndarray, label_map: np.ndarray) -> np.ndarray:
-    """``label_map[y]``: one client's labels under its concept-shift permutation."""
+    """``label_map[y]``: one client's labels under its concept-shift permutation.
+
+    Args:
+      y: int labels in ``[0, len(label_map))``.
+      label_map: a 1-D int array, e.g. a row of :func:`concept_shift_maps`.
+
+    Returns:
+      The mapped labels, shaped like ``y``.
+
+    >>> relabel(np.array([0, 2, 1]), np.array([2, 0, 1])).tolist()
+    [2, 1, 0]
+    """
     y, label_map = np.asarray(y), np.asarray(label_map)
     if label_map.ndim != 1 or not np.issubdtype(label_map.dtype, np.integer):
         raise DataError(f"label_map must be a 1-D integer array, got shape {label_map.shape}, dtype {label_map.dtype}")
@@ -64,7 +84,20 @@ def relabel(y: np.ndarray, label_map: np.ndarray) -> np.ndarray:
 
 def relabel_clients(data, label_maps: np.ndarray):
     """Apply per-client label maps to padded :class:`~pflax.data.ClientData` (row ``r`` uses
-    ``label_maps[data.client_ids[r]]``); padded slots keep label 0. Eager numpy work, call outside jit."""
+    ``label_maps[data.client_ids[r]]``); padded slots keep label 0. Eager numpy work, call outside jit.
+
+    Args:
+      data: the padded client data.
+      label_maps: ``[num_clients, num_classes]`` (:func:`concept_shift_maps`), a row per client id.
+
+    Returns:
+      ``data`` with ``y`` replaced.
+
+    >>> from pflax.data import from_partition
+    >>> data = from_partition(np.zeros((3, 1)), np.array([0, 1, 2]), [np.array([0, 1]), np.array([2])])
+    >>> relabel_clients(data, np.array([[1, 2, 0], [2, 0, 1]])).y.tolist()
+    [[1, 2], [1, 0]]
+    """
     import jax.numpy as jnp
 
     maps = np.asarray(label_maps)
@@ -83,6 +116,13 @@ def relabel_clients(data, label_maps: np.ndarray):
 def rotation_angles(num_clients: int, angles: Sequence[float]) -> np.ndarray:
     """Per-client rotation angle in degrees: client ``i`` gets ``angles[i mod len(angles)]``.
 
+    Args:
+      num_clients: number of clients.
+      angles: one finite angle (degrees) per group.
+
+    Returns:
+      A float64 array ``[num_clients]``.
+
     >>> rotation_angles(3, (0.0, 90.0)).tolist()
     [0.0, 90.0, 0.0]
     """
@@ -100,6 +140,18 @@ def rotate_images(images: np.ndarray, degrees: float, fill: float | None = None,
     interpolation). Pixels whose source falls outside the image get ``fill``; ``None`` uses each
     image's per-channel minimum, i.e. the background of normalised (F)MNIST. Pure numpy; the input is
     not modified. Multiples of 90 degrees on square images are exact (``np.rot90``).
+
+    Args:
+      images: ``[n, H, W]`` or ``[n, H, W, C]``.
+      degrees: the angle, counter-clockwise.
+      fill: the value outside the source image (None: per-image, per-channel minimum).
+      interpolation: ``"nearest"`` or ``"bilinear"``.
+
+    Returns:
+      The rotated images, same shape; float dtype (integer inputs become float32).
+
+    >>> rotate_images(np.array([[[0.0, 1.0], [2.0, 3.0]]]), 90).tolist()
+    [[[1.0, 3.0], [0.0, 2.0]]]
     """
     images = np.asarray(images)
     if images.ndim not in (3, 4):
@@ -143,7 +195,21 @@ def rotate_images(images: np.ndarray, degrees: float, fill: float | None = None,
 
 def rotate_clients(data, angles: np.ndarray, fill: float | None = None, interpolation: str = "nearest"):
     """Rotate each row of padded :class:`~pflax.data.ClientData` by ``angles[data.client_ids[r]]``
-    (NHWC images); padded slots stay 0. Eager numpy work, call outside jit."""
+    (NHWC images); padded slots stay 0. Eager numpy work, call outside jit.
+
+    Args:
+      data: the padded client data (``x`` NHWC per client).
+      angles: degrees per client id (:func:`rotation_angles`).
+      fill, interpolation: as in :func:`rotate_images`.
+
+    Returns:
+      ``data`` with ``x`` replaced.
+
+    >>> from pflax.data import from_partition
+    >>> data = from_partition(np.arange(8.0).reshape(2, 2, 2, 1), np.array([0, 1]), [[0], [1]])
+    >>> rotate_clients(data, np.array([0.0, 180.0])).x[..., 0].tolist()
+    [[[[0.0, 1.0], [2.0, 3.0]]], [[[7.0, 6.0], [5.0, 4.0]]]]
+    """
     import jax.numpy as jnp
 
     angles = np.asarray(angles, np.float64)

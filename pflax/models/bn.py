@@ -53,6 +53,18 @@ class MaskedBatchNorm(nn.Module):
     Training: normalise with the masked batch mean and biased variance; update the running mean
     and the running *unbiased* variance with momentum 0.1 (PyTorch's convention). A batch without
     real samples leaves the running statistics untouched. Evaluation: use the running statistics.
+
+    Attributes:
+      momentum: the running-statistics momentum (PyTorch's 0.1).
+      epsilon: added to the variance (PyTorch's 1e-5).
+
+    Call ``(x, train, mask=None)``; parameters ``scale``/``bias`` and ``batch_stats`` ``mean``/``var``.
+
+    >>> bn, x, mask = MaskedBatchNorm(), jnp.array([[1.0], [3.0], [100.0]]), jnp.array([True, True, False])
+    >>> v = bn.init(jax.random.PRNGKey(0), x, False)
+    >>> y, new = jax.jit(lambda v, x, m: bn.apply(v, x, True, m, mutable=["batch_stats"]))(v, x, mask)
+    >>> y[:2, 0].round(2).tolist(), [round(float(new["batch_stats"][k][0]), 3) for k in ("mean", "var")]
+    ([-1.0, 1.0], [0.2, 1.1])
     """
 
     momentum: float = 0.1
@@ -85,13 +97,34 @@ class MaskedBatchNorm(nn.Module):
 
 
 def is_bn_path(path) -> bool:
-    """True for a leaf of a BatchNorm layer: running statistics and BN affine parameters."""
+    """True for a leaf of a BatchNorm layer: running statistics and BN affine parameters.
+
+    Args:
+      path: a ``jax.tree_util`` key path (``DictKey``/``GetAttrKey`` entries or plain names).
+
+    Returns:
+      Whether the path is in ``batch_stats`` or passes through a module named ``bn*``.
+
+    >>> is_bn_path(["params", "body", "bn0", "scale"]), is_bn_path(["params", "body", "conv0", "kernel"])
+    (True, False)
+    """
     names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
     return "batch_stats" in names or any(n.startswith("bn") for n in names)
 
 
 class DigitsBody(nn.Module):
-    """FedBN's DigitModel up to the flattened conv features: (Conv5x5 -> BN -> ReLU [-> max-pool]) x 3."""
+    """FedBN's DigitModel up to the flattened conv features: (Conv5x5 -> BN -> ReLU [-> max-pool]) x 3.
+
+    Attributes:
+      channels: the three convolutions' channels (FedBN: 64, 64, 128).
+      conv_impl: ``"auto"``, ``"matmul"`` or ``"native"``.
+
+    Call ``(x, train=False, mask=None)`` on NHWC ``x``; output ``[B, channels[-1] * (H/4) * (W/4)]``.
+
+    >>> body = DigitsBody((2, 2, 4))
+    >>> jax.eval_shape(body.init_with_output, jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 3)))[0].shape
+    (1, 16)
+    """
 
     channels: Sequence[int] = (64, 64, 128)
     conv_impl: str = "auto"
@@ -107,7 +140,16 @@ class DigitsBody(nn.Module):
 
 
 class BNMLPHead(nn.Module):
-    """FC -> BN -> ReLU blocks, then a linear classifier (FedBN's DigitModel head)."""
+    """FC -> BN -> ReLU blocks, then a linear classifier (FedBN's DigitModel head).
+
+    Attributes:
+      hidden: the widths of the FC -> BN -> ReLU blocks (FedBN: 2048, 512).
+      num_classes: the classifier's width.
+
+    >>> out, variables = jax.eval_shape(BNMLPHead((4,), 3).init_with_output, jax.random.PRNGKey(0), jnp.ones((2, 5)))
+    >>> out.shape, sorted(variables["batch_stats"])
+    ((2, 3), ['bn0'])
+    """
 
     hidden: Sequence[int] = (2048, 512)
     num_classes: int = 10
@@ -125,7 +167,18 @@ def _max_pool(x: Array, window: int, stride: int) -> Array:
 
 
 def adaptive_avg_pool(x: Array, out: int) -> Array:
-    """PyTorch's ``AdaptiveAvgPool2d(out)`` on NHWC: window i spans [floor(i*H/out), ceil((i+1)*H/out))."""
+    """PyTorch's ``AdaptiveAvgPool2d(out)`` on NHWC: window i spans [floor(i*H/out), ceil((i+1)*H/out)).
+
+    Args:
+      x: ``[n, H, W, c]``.
+      out: the output side.
+
+    Returns:
+      ``[n, out, out, c]``.
+
+    >>> adaptive_avg_pool(jnp.arange(9.0).reshape(1, 3, 3, 1), 2)[0, ..., 0].tolist()
+    [[2.0, 3.0], [5.0, 6.0]]
+    """
     _, h, w, _ = x.shape
     rows = [(math.floor(i * h / out), math.ceil((i + 1) * h / out)) for i in range(out)]
     cols = [(math.floor(j * w / out), math.ceil((j + 1) * w / out)) for j in range(out)]
@@ -135,7 +188,16 @@ def adaptive_avg_pool(x: Array, out: int) -> Array:
 
 
 class AlexNetBNBody(nn.Module):
-    """FedBN's AlexNet up to fc2 + BN + ReLU (output 4096)."""
+    """FedBN's AlexNet up to fc2 + BN + ReLU (output 4096).
+
+    Five convolutions (64, 192, 384, 256, 256 channels) with BN and ReLU, max-pools after the 1st,
+    2nd and 5th, ``adaptive_avg_pool`` to 6x6, then two FC 4096 -> BN -> ReLU. No attributes; call
+    ``(x, train=False, mask=None)`` on NHWC ``x`` (256x256x3 in FedBN).
+
+    >>> body = AlexNetBNBody()
+    >>> jax.eval_shape(body.init_with_output, jax.random.PRNGKey(0), jnp.zeros((1, 64, 64, 3)))[0].shape
+    (1, 4096)
+    """
 
     @nn.compact
     def __call__(self, x: Array, train: bool = False, mask: Array | None = None) -> Array:
@@ -156,7 +218,15 @@ class StatelessLinearHead(nn.Module):
     """One linear layer with the part interface of a :class:`BNModel` (``train`` and ``mask`` are
     accepted and ignored: no BatchNorm, no batch statistics). AlexNet-BN's classifier; unlike
     :class:`pflax.models.LinearHead` (the head of a :class:`pflax.models.SplitModel`) it names its
-    layer ``out``."""
+    layer ``out``.
+
+    Attributes:
+      num_classes: the number of logits.
+
+    >>> variables = jax.eval_shape(StatelessLinearHead(3).init, jax.random.PRNGKey(0), jnp.ones((2, 4)))
+    >>> list(variables["params"]), variables["params"]["out"]["kernel"].shape
+    (['out'], (4, 3))
+    """
 
     num_classes: int = 10
 
@@ -167,7 +237,24 @@ class StatelessLinearHead(nn.Module):
 
 def apply_part(module: nn.Module, params: PyTree, stats: PyTree, x: Array, train: bool,
                mask: Array | None = None) -> tuple[Array, PyTree]:
-    """Run one part; returns ``(output, new_batch_stats)`` (unchanged at evaluation)."""
+    """Run one part (body or head) of a :class:`BNModel`.
+
+    Args:
+      module: the part (called as ``module(x, train, mask)``).
+      params, stats: its ``params`` and ``batch_stats`` trees.
+      x: its input.
+      train: batch statistics and a running-statistics update when True.
+      mask: per-sample mask ``[B]`` for the batch statistics.
+
+    Returns:
+      ``(output, new_batch_stats)`` (``stats`` itself, unchanged, at evaluation).
+
+    >>> head, z = StatelessLinearHead(2), jnp.ones((1, 3))
+    >>> v = jax.jit(head.init)(jax.random.PRNGKey(0), z)
+    >>> out, stats = apply_part(head, v["params"], {}, z, train=False)
+    >>> out.shape, stats
+    ((1, 2), {})
+    """
     variables = {"params": params, "batch_stats": stats}
     if not train:
         return module.apply(variables, x, False, mask), stats
@@ -177,7 +264,23 @@ def apply_part(module: nn.Module, params: PyTree, stats: PyTree, x: Array, train
 
 @dataclasses.dataclass(frozen=True)
 class BNModel:
-    """A body and a head, both possibly with BatchNorm. Hashable, so it can be a static field."""
+    """A body and a head, both possibly with BatchNorm. Hashable, so it can be a static field.
+
+    Variables are ``{"params": {"body", "head"}, "batch_stats": {"body", "head"}}``.
+
+    Attributes:
+      body: flax module called as ``(x, train, mask)``, output ``[B, feature_dim]``.
+      head: flax module called as ``(z, train, mask)``, output ``[B, num_classes]``.
+      num_classes: the head's width.
+      feature_dim: the body's output width.
+      name: a label for logs and results.
+
+    >>> model = BNModel(BNMLPHead((4,), 6), StatelessLinearHead(3), num_classes=3, feature_dim=6)
+    >>> v = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.ones((2, 5)))
+    >>> logits, stats = jax.eval_shape(lambda v, x: model.logits(v, x, train=True), v, jnp.ones((2, 5)))
+    >>> logits.shape, sorted(stats)
+    ((2, 3), ['body', 'head'])
+    """
 
     body: nn.Module
     head: nn.Module
@@ -190,6 +293,9 @@ class BNModel:
         return jit_init(self, key, sample_x)
 
     def init_eagerly(self, key: Array, sample_x: Array) -> dict:
+        """Fresh ``{"params", "batch_stats"}``, op by op: ``key`` split in two, body first (on
+        ``sample_x[:1]``), head on the body's output.
+        """
         k_body, k_head = jax.random.split(key)
         body = self.body.init(k_body, sample_x[:1], False)
         z = self.body.apply(body, sample_x[:1], False)
@@ -222,7 +328,21 @@ class BNModel:
 
 
 def digits_cnn(num_classes: int = 10, width: float = 1.0, image_size: int = 32, conv_impl: str = "auto") -> BNModel:
-    """FedBN's DigitModel (FedPick's Digits-Five backbone); ``width`` < 1 shrinks it for CPU runs."""
+    """FedBN's DigitModel (FedPick's Digits-Five backbone); ``width`` < 1 shrinks it for CPU runs.
+
+    Args:
+      num_classes: the head's width.
+      width: scales every channel and hidden width (rounded, at least 1).
+      image_size: the square input side (a multiple of 4).
+      conv_impl: ``"auto"``, ``"matmul"`` or ``"native"``.
+
+    Returns:
+      A :class:`BNModel` (:class:`DigitsBody`, :class:`BNMLPHead`), feature dimension
+      ``channels[-1] * (image_size // 4) ** 2``.
+
+    >>> digits_cnn().feature_dim, digits_cnn(width=0.25).name
+    (8192, 'digits_cnn_w0.25')
+    """
     if width <= 0:
         raise ValueError(f"width must be positive, got {width}")
     if image_size % 4:
@@ -236,5 +356,15 @@ def digits_cnn(num_classes: int = 10, width: float = 1.0, image_size: int = 32, 
 
 
 def alexnet_bn(num_classes: int = 10) -> BNModel:
-    """FedBN's AlexNet with BN (Office-Caltech-10, DomainNet; 256x256x3 input)."""
+    """FedBN's AlexNet with BN (Office-Caltech-10, DomainNet; 256x256x3 input).
+
+    Args:
+      num_classes: the head's width.
+
+    Returns:
+      A :class:`BNModel` (:class:`AlexNetBNBody`, :class:`StatelessLinearHead`), feature dimension 4096.
+
+    >>> alexnet_bn(31).feature_dim, alexnet_bn().name
+    (4096, 'alexnet_bn')
+    """
     return BNModel(AlexNetBNBody(), StatelessLinearHead(num_classes), num_classes, 4096, "alexnet_bn")

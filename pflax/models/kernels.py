@@ -40,6 +40,17 @@ def max_pool2(x: Array) -> Array:
     hand-made backward because flax's ``max_pool`` differentiates through select-and-scatter, slow
     on XLA:CPU, and the generic gradient of ``max`` costs a compare, a count and a divide per entry.
     Reverse-mode only (``grad``, and ``jvp`` of a ``grad``); ``jax.jvp`` of the pool itself raises.
+
+    Args:
+      x: ``[n, h, w, c]``.
+
+    Returns:
+      ``[n, h // 2, w // 2, c]``.
+
+    >>> max_pool2(jnp.arange(16.0).reshape(1, 4, 4, 1))[0, ..., 0].tolist()
+    [[5.0, 7.0], [13.0, 15.0]]
+    >>> jax.jit(jax.grad(lambda x: max_pool2(x).sum()))(jnp.ones((1, 2, 2, 1)))[0, ..., 0].tolist()
+    [[1.0, 0.0], [0.0, 0.0]]
     """
     return _window_max(x)
 
@@ -149,13 +160,26 @@ _conv_stride1.defvjp(_conv_stride1_fwd, _conv_stride1_bwd)
 def conv_as_matmul(x: Array, kernel: Array, padding: int, stride: int = 1) -> Array:
     """'valid' convolution (after symmetric zero padding) written as im2col + one matmul.
 
-    ``x``: NHWC, ``kernel``: HWIO. Stride 1 with a square kernel (every pflax CNN) has a hand-written
+    Stride 1 with a square kernel (every pflax CNN) has a hand-written
     backward: the kernel gradient is one GEMM against the saved patches and the input gradient folds
     the patch gradients back in two shifted-sum stages, which XLA:CPU runs faster than the transpose
     of the patch gather that autodiff would produce. Same numbers as ``lax.conv_general_dilated`` to
     float round-off, forward and backward (tested). Reverse-mode only, like :func:`max_pool2`
     (``jvp`` of a ``grad`` works; ``jvp`` of the convolution itself raises). Other strides and
     kernels: the same patches, from strided slices, differentiated by JAX.
+
+    Args:
+      x: NHWC input.
+      kernel: HWIO kernel.
+      padding: zero padding on each side of H and W.
+      stride: the stride in both directions.
+
+    Returns:
+      NHWC output, ``(H + 2 * padding - kh) // stride + 1`` rows (likewise columns).
+
+    >>> out = conv_as_matmul(jnp.ones((1, 4, 4, 1)), jnp.ones((3, 3, 1, 2)), padding=1)
+    >>> out.shape, out[0, 0, :, 0].tolist()
+    ((1, 4, 4, 2), [4.0, 6.0, 6.0, 4.0])
     """
     if stride == 1 and kernel.shape[0] == kernel.shape[1]:
         return _conv_stride1(x, kernel, padding)
@@ -166,6 +190,12 @@ def conv_as_matmul(x: Array, kernel: Array, padding: int, stride: int = 1) -> Ar
 def conv_native(x: Array, kernel: Array, padding: int, stride: int = 1) -> Array:
     """XLA's own convolution (``lax.conv_general_dilated``), NHWC input, HWIO kernel, symmetric zero
     ``padding``; the reference :func:`conv_as_matmul` is tested against.
+
+    Args:
+      x, kernel, padding, stride: as in :func:`conv_as_matmul`.
+
+    Returns:
+      NHWC output.
 
     >>> import jax.numpy as jnp
     >>> conv_native(jnp.ones((1, 4, 4, 1)), jnp.ones((3, 3, 1, 2)), padding=1).shape
@@ -178,5 +208,12 @@ def conv_native(x: Array, kernel: Array, padding: int, stride: int = 1) -> Array
 
 def default_conv_impl() -> str:
     """The convolution a ``conv_impl="auto"`` layer uses on the default backend: ``"matmul"``
-    (:func:`conv_as_matmul`) on CPU, ``"native"`` (:func:`conv_native`) elsewhere."""
+    (:func:`conv_as_matmul`) on CPU, ``"native"`` (:func:`conv_native`) elsewhere.
+
+    Returns:
+      ``"matmul"`` or ``"native"``.
+
+    >>> default_conv_impl() == ("matmul" if jax.default_backend() == "cpu" else "native")
+    True
+    """
     return "matmul" if jax.default_backend() == "cpu" else "native"

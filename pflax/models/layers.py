@@ -25,7 +25,17 @@ __all__ = ["TorchDense", "TorchConv", "leaky_relu"]
 
 
 def leaky_relu(x: Array) -> Array:
-    """LeakyReLU with PyTorch's default slope 0.01."""
+    """LeakyReLU with PyTorch's default slope 0.01.
+
+    Args:
+      x: any array.
+
+    Returns:
+      ``x`` where positive, ``0.01 * x`` elsewhere.
+
+    >>> leaky_relu(jnp.array([-100.0, 2.0])).tolist()
+    [-1.0, 2.0]
+    """
     return jnp.where(x > 0, x, 0.01 * x)
 
 
@@ -39,7 +49,16 @@ def _torch_uniform(fan_in: int) -> Callable:
 
 
 class TorchDense(nn.Module):
-    """``nn.Linear`` with PyTorch's default initialisation. Kernel layout is ``[in, out]``."""
+    """``nn.Linear`` with PyTorch's default initialisation. Kernel layout is ``[in, out]``.
+
+    Attributes:
+      features: output width. Parameters ``kernel [in, features]`` and ``bias [features]``, both
+        ``U(-1/sqrt(in), 1/sqrt(in))``.
+
+    >>> params = jax.jit(TorchDense(3).init)(jax.random.PRNGKey(0), jnp.ones((1, 4)))["params"]
+    >>> params["kernel"].shape, bool(jnp.abs(params["kernel"]).max() <= 0.5)
+    ((4, 3), True)
+    """
 
     features: int
 
@@ -52,7 +71,19 @@ class TorchDense(nn.Module):
 
 
 class TorchConv(nn.Module):
-    """``nn.Conv2d`` (symmetric zero padding) with PyTorch's default initialisation. NHWC."""
+    """``nn.Conv2d`` (symmetric zero padding) with PyTorch's default initialisation. NHWC.
+
+    Attributes:
+      features: output channels.
+      kernel_size: side of the square kernel (HWIO ``kernel``, fan-in ``cin * kernel_size ** 2``).
+      padding: zero padding on each side.
+      impl: ``"auto"`` (:func:`~pflax.models.default_conv_impl`), ``"matmul"`` or ``"native"``.
+      stride: the stride in both directions.
+
+    >>> conv = TorchConv(2, 3, padding=1)
+    >>> jax.eval_shape(conv.init_with_output, jax.random.PRNGKey(0), jnp.ones((1, 4, 4, 1)))[0].shape
+    (1, 4, 4, 2)
+    """
 
     features: int
     kernel_size: int

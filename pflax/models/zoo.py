@@ -29,6 +29,15 @@ class FedPACConvBody(nn.Module):
     FMNIST/EMNIST (``conv_channels=(16, 32)``, 28x28x1): conv5 -> LReLU -> pool -> conv5 pad 1 -> LReLU
     -> pool -> flatten 800 -> FC 128 -> LReLU. CIFAR (``(16, 32, 64)``, 32x32x3) adds a conv3 pad 1
     block, giving flatten 576. The output (d = 128) is the feature FedPAC aligns.
+
+    Attributes:
+      conv_channels: channels of the conv blocks (two or three).
+      feature_dim: width of the final FC layer (the feature).
+      conv_impl: ``"auto"``, ``"matmul"`` or ``"native"`` (see :func:`~pflax.models.default_conv_impl`).
+
+    >>> body, x = FedPACConvBody(), jax.numpy.zeros((2, 28, 28, 1))
+    >>> jax.eval_shape(body.init_with_output, jax.random.PRNGKey(0), x)[0].shape
+    (2, 128)
     """
 
     conv_channels: Sequence[int] = (16, 32)
@@ -46,7 +55,15 @@ class FedPACConvBody(nn.Module):
 
 class MLPBody(nn.Module):
     """Flatten, then one ``TorchDense`` + activation (``"relu"`` or ``"leaky_relu"``) per ``hidden``
-    width; the output (``hidden[-1]`` wide) is the feature."""
+    width; the output (``hidden[-1]`` wide) is the feature.
+
+    Attributes:
+      hidden: the hidden widths.
+      activation: ``"relu"`` or ``"leaky_relu"``.
+
+    >>> jax.eval_shape(MLPBody((5, 3)).init_with_output, jax.random.PRNGKey(0), jax.numpy.ones((2, 2, 2)))[0].shape
+    (2, 3)
+    """
 
     hidden: Sequence[int] = (200, 200)
     activation: str = "relu"
@@ -61,7 +78,15 @@ class MLPBody(nn.Module):
 
 
 class LinearHead(nn.Module):
-    """One ``TorchDense`` from the feature to ``num_classes`` logits."""
+    """One ``TorchDense`` from the feature to ``num_classes`` logits.
+
+    Attributes:
+      num_classes: the number of logits.
+
+    >>> variables = jax.eval_shape(LinearHead(4).init, jax.random.PRNGKey(0), jax.numpy.ones((2, 3)))
+    >>> variables["params"]["TorchDense_0"]["kernel"].shape
+    (3, 4)
+    """
 
     num_classes: int
 
@@ -103,12 +128,35 @@ def fedpac_cnn(dataset: str = "fmnist", num_classes: int | None = None, conv_imp
 
 
 def fedpac_fmnist_cnn(num_classes: int = 10, conv_impl: str = "auto") -> SplitModel:
-    """``fedpac_cnn("fmnist", num_classes, conv_impl)``: the FMNIST/EMNIST CNN (28x28x1 input)."""
+    """``fedpac_cnn("fmnist", num_classes, conv_impl)``: the FMNIST/EMNIST CNN (28x28x1 input).
+
+    Args:
+      num_classes: the head's width.
+      conv_impl: ``"auto"``, ``"matmul"`` or ``"native"``.
+
+    Returns:
+      A :class:`SplitModel` named ``"fedpac_fmnist_cnn"``.
+
+    >>> model = fedpac_fmnist_cnn(62)
+    >>> model.body.conv_channels, model.num_classes
+    ((16, 32), 62)
+    """
     return fedpac_cnn("fmnist", num_classes, conv_impl)
 
 
 def fedpac_cifar_cnn(num_classes: int = 10, conv_impl: str = "auto") -> SplitModel:
-    """``fedpac_cnn("cifar10", num_classes, conv_impl)``: the CIFAR-10/CINIC-10 CNN (32x32x3 input)."""
+    """``fedpac_cnn("cifar10", num_classes, conv_impl)``: the CIFAR-10/CINIC-10 CNN (32x32x3 input).
+
+    Args:
+      num_classes, conv_impl: as in :func:`fedpac_fmnist_cnn` (10 classes by default).
+
+    Returns:
+      A :class:`SplitModel` named ``"fedpac_cifar_cnn"``: three conv blocks (flatten 576), feature 128.
+
+    >>> model = fedpac_cifar_cnn()
+    >>> model.body.conv_channels, model.feature_dim
+    ((16, 32, 64), 128)
+    """
     return fedpac_cnn("cifar10", num_classes, conv_impl)
 
 

@@ -32,7 +32,18 @@ ROTATION_DEGREES = (-25.0, 25.0, 155.0, 205.0)  # per group of 5 clients (featur
 
 
 def quantity_factors(num_clients: int = 20, decay: float = 5.0) -> np.ndarray:
-    """``clusterexp_2_<decay>``: q = 1 for the first half of the clients, e^-decay for the second."""
+    """``clusterexp_2_<decay>``: q = 1 for the first half of the clients, e^-decay for the second.
+
+    Args:
+      num_clients: number of clients (the first ``num_clients // 2`` are large).
+      decay: the exponent of the small clients' factor.
+
+    Returns:
+      A float array ``[num_clients]`` of train fractions ``q_i``.
+
+    >>> quantity_factors(4, decay=1.0).round(3).tolist()
+    [1.0, 1.0, 0.368, 0.368]
+    """
     half = num_clients // 2
     return np.concatenate([np.ones(half), np.full(num_clients - half, math.exp(-decay))])
 
@@ -48,6 +59,21 @@ def label_shift_partition(labels: np.ndarray, fractions: np.ndarray = CLUSTER4_0
 
     Group g takes ``fractions[g, k]`` of label k's pool, split equally over its clients. Each client's
     label-k share is split into ``holdout`` test, ``(1 - holdout) * q_i`` train, the rest unused.
+
+    Args:
+      labels: int labels of the pooled train + test sets.
+      fractions: ``[groups, labels]`` shares of each label's pool (default :data:`CLUSTER4_025`).
+      clients_per_group: clients per group; client ``c`` is in group ``c // clients_per_group``.
+      holdout: the test share of every client's data.
+      quantity: train fractions ``q_i`` per client (:func:`quantity_factors`; default all 1).
+      seed: seeds the per-label shuffles.
+
+    Returns:
+      ``(train, test)``: lists of index arrays, one per client.
+
+    >>> train, test = label_shift_partition(np.arange(400) % 10, clients_per_group=1, quantity=[1, 1, .5, .5])
+    >>> [c.size for c in train], [c.size for c in test]
+    ([60, 60, 28, 28], [10, 10, 10, 10])
     """
     labels = np.asarray(labels)
     fractions = np.asarray(fractions, np.float64)
@@ -81,10 +107,22 @@ def label_shift_partition(labels: np.ndarray, fractions: np.ndarray = CLUSTER4_0
 
 
 def fmnist_label_shift(dataset, seed: int = 0, decay: float = 5.0):
-    """The paper's label-shift FMNIST federation from a loaded :class:`pflax.data.Dataset`.
+    """The paper's label-shift FMNIST federation from a loaded :class:`pflax.data.Dataset`: 4 groups of 5
+    clients with the :data:`CLUSTER4_025` fractions, holdout 1/7 and :func:`quantity_factors`.
 
-    Returns ``(x, y, train_indices, test_indices)`` with x re-normalised to FedCollab's FMNIST
-    statistics (0.2860, 0.3530).
+    Args:
+      dataset: the loaded FMNIST (its normalisation is undone through ``NORMALIZATION[dataset.name]``).
+      seed: seeds :func:`label_shift_partition`.
+      decay: the small clients' factor ``e^-decay``.
+
+    Returns:
+      ``(x, y, train_indices, test_indices)`` with x re-normalised to FedCollab's FMNIST
+      statistics (0.2860, 0.3530).
+
+    >>> from pflax.data import synthetic
+    >>> x, y, train, test = fmnist_label_shift(synthetic(10, 14, 14, image_size=4))
+    >>> x.shape, len(train), len(test)
+    ((280, 4, 4, 1), 20, 20)
     """
     from ..data.sources import NORMALIZATION
 
@@ -99,7 +137,18 @@ def fmnist_label_shift(dataset, seed: int = 0, decay: float = 5.0):
 def rotate_symmetric(images: np.ndarray, degrees: float) -> np.ndarray:
     """Rotate NHWC images about their centre: symmetric-pad by half the size, rotate with nearest
     neighbour sampling (torchvision's default), centre-crop back. Padding means corners are filled
-    with mirrored content rather than zeros."""
+    with mirrored content rather than zeros.
+
+    Args:
+      images: NHWC images.
+      degrees: the angle, counter-clockwise (:data:`ROTATION_DEGREES` per group).
+
+    Returns:
+      The rotated images, same shape and dtype.
+
+    >>> rotate_symmetric(np.array([[[[0.0], [1.0]], [[2.0], [3.0]]]]), 180)[0, ..., 0].tolist()
+    [[3.0, 2.0], [1.0, 0.0]]
+    """
     images = np.asarray(images)
     _, h, w, _ = images.shape
     ph, pw = h // 2, w // 2
@@ -119,7 +168,19 @@ def rotate_symmetric(images: np.ndarray, degrees: float) -> np.ndarray:
 
 
 def permute_labels(y: np.ndarray, group: int) -> np.ndarray:
-    """Concept shift on the 20 CIFAR-100 coarse labels (``20client_6``), group 0..3."""
+    """Concept shift on the 20 CIFAR-100 coarse labels (``20client_6``), group 0..3.
+
+    Args:
+      y: coarse labels in [0, 20).
+      group: 0 (identity), 1 (0-5 reversed), 2 (all reversed) or 3 (0-5 shifted to 14-19, 6-19 reversed
+        onto 13-0).
+
+    Returns:
+      The permuted labels (a copy).
+
+    >>> permute_labels(np.array([0, 5, 6, 19]), 3).tolist()
+    [14, 19, 13, 0]
+    """
     y = np.asarray(y)
     if group == 0:
         return y.copy()

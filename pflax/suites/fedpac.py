@@ -107,13 +107,28 @@ def concept_shift(
     """FedPAC Table 3 (concept shift): the default s% partition (s = 0.2, n = 600, dominant-class group
     ``i mod 5``), then every group relabels its data with its own permutation.
 
-    Returns ``(clients, label_maps)``: the index arrays of :func:`~pflax.data.fedpac_shards_sized`
-    (deterministic, as the official partition) and :func:`~pflax.data.concept_shift_maps` drawn from
-    ``seed``, one permutation per dominant-class group, so permutation groups coincide with FedPAC's
-    groups (Local-only is 85.68 % on FMNIST in both Table 3 and Table 5, consistent with the same base
-    partition). Apply the maps with :func:`~pflax.data.relabel` (numpy) or
-    :func:`~pflax.data.relabel_clients` (padded :class:`~pflax.data.ClientData`); use the same
-    ``label_maps`` for the test split.
+    The index arrays are :func:`~pflax.data.fedpac_shards_sized`'s (deterministic, as the official
+    partition) and the maps :func:`~pflax.data.concept_shift_maps` drawn from ``seed``, one permutation
+    per dominant-class group, so permutation groups coincide with FedPAC's groups (Local-only is 85.68 %
+    on FMNIST in both Table 3 and Table 5, consistent with the same base partition). Apply the maps with
+    :func:`~pflax.data.relabel` (numpy) or :func:`~pflax.data.relabel_clients` (padded
+    :class:`~pflax.data.ClientData`); use the same ``label_maps`` for the test split.
+
+    Args:
+      labels: int labels ``[n]``.
+      num_clients, samples_per_client: clients and samples per client (FedPAC: 20 x 600).
+      s: the uniform share.
+      num_classes: default ``max label + 1``.
+      seed: seeds the permutations.
+      **layout: :func:`~pflax.data.fedpac_shards_sized`'s ``groups``, ``start_cursor``, ``wrap``,
+        ``order_seed``.
+
+    Returns:
+      ``(clients, label_maps)``: one index array per client and an int ``[num_clients, num_classes]``.
+
+    >>> clients, maps = concept_shift(np.arange(200) % 10, num_clients=5, samples_per_client=10)
+    >>> len(clients), maps.shape
+    (5, (5, 10))
     """
     labels, k = check_labels(labels, num_classes)
     num_clients = check_count(num_clients, "num_clients")
@@ -126,7 +141,19 @@ def concept_shift(
 # ------------------------------------------------------------------------ Table 6: imbalanced sizes
 def draw_sizes(num_clients: int = 20, choices: Sequence[int] = (300, 600, 1200), seed: int = 0) -> np.ndarray:
     """Per-client sizes drawn independently and uniformly from ``choices`` (FedPAC Table 6: "we randomly
-    choose the size from {300, 600, 1200} for each client regardless the local label distributions")."""
+    choose the size from {300, 600, 1200} for each client regardless the local label distributions").
+
+    Args:
+      num_clients: number of clients.
+      choices: the candidate sizes (positive ints).
+      seed: seeds the draw.
+
+    Returns:
+      An int64 array ``[num_clients]``.
+
+    >>> draw_sizes(4, choices=(10, 20), seed=0).tolist()
+    [20, 20, 20, 10]
+    """
     num_clients = check_count(num_clients, "num_clients")
     choices = np.asarray(choices)
     if choices.ndim != 1 or choices.size == 0 or not np.issubdtype(choices.dtype, np.integer) or np.any(choices < 1):
@@ -151,6 +178,17 @@ def imbalanced_sizes(
     the label distribution does not depend on the size (up to rounding). The paper only varies the
     training size; build test sets with :func:`~pflax.data.fedpac_shards` at the table's fixed test
     size (600 FMNIST, 300 CIFAR). ``len(clients[i])`` gives the drawn sizes.
+
+    Args:
+      labels: int labels ``[n]``.
+      num_clients, choices, seed: as in :func:`draw_sizes`.
+      s, num_classes, **layout: as in :func:`concept_shift`.
+
+    Returns:
+      One int index array per client.
+
+    >>> [c.size for c in imbalanced_sizes(np.arange(400) % 10, num_clients=4, choices=(10, 20))]
+    [20, 20, 20, 10]
     """
     labels, k = check_labels(labels, num_classes)
     sizes = draw_sizes(num_clients, choices, seed)
@@ -174,6 +212,16 @@ def pathological_class_sets(
     replacement. ``"clustered"``: "the class sets differ across groups but are shared for clients
     belonging to the same group": one uniform draw per group, redrawn until the groups' sets are pairwise
     different, and every member of the group uses it. The paper gives no seed or explicit sets.
+
+    Args:
+      num_clients, classes_per_group, mode, num_classes, seed, max_tries: as in
+        :func:`pflax.data.pathological_class_sets`.
+
+    Returns:
+      One sorted int64 array of classes per client.
+
+    >>> [s.size for s in pathological_class_sets(mode="clustered")][:6]
+    [3, 3, 5, 5, 8, 3]
     """
     return _pathological_class_sets(num_clients, classes_per_group, mode, num_classes, seed, max_tries)
 
@@ -190,16 +238,23 @@ def pathological(
     (600 = 3 x 200 = 5 x 120 = 8 x 75; for other sizes the remainder goes to its highest-numbered class, as in
     FedPAC's partition).
 
-    ``options`` are :func:`pflax.data.pathological`'s: ``mode``, ``num_classes``, ``seed``,
-    ``class_sets``, ``disjoint``. ``mode`` is ``"random"`` or ``"clustered"`` (see
-    :func:`pathological_class_sets` for our reading);
-    pass ``class_sets`` (e.g. the train split's) to fix the sets, which then overrides ``mode`` and
-    ``classes_per_group``. Samples are drawn at random (``seed``) inside each class. ``disjoint=True``
-    hands each sample to at most one client and raises :class:`DataError` when a class runs out;
-    ``disjoint=False`` draws every client's samples independently (no repeats inside a client, clients
-    may share), which test splits need (e.g. 300 test samples per client from CIFAR's 1000 per class).
+    Args:
+      labels: int labels ``[n]`` (CIFAR-10's in the table).
+      num_clients, samples_per_client, classes_per_group: the table's 20, 600 and 3/3/5/5/8 by default.
+      **options: :func:`pflax.data.pathological`'s options. ``mode``: ``"random"`` or ``"clustered"``
+        (our reading: :func:`pathological_class_sets`). ``seed``: the draw inside each class.
+        ``class_sets``: fixed sets (e.g. the train split's), overriding ``mode`` and
+        ``classes_per_group``. ``disjoint``: True hands each sample to at most one client (a
+        :class:`DataError` when a class runs out); False draws each client independently (no repeats
+        inside a client, clients may share), as test splits need (e.g. 300 test samples per client from
+        CIFAR's 1000 per class). ``num_classes``: default ``max label + 1``.
 
-    Returns ``(clients, class_sets)``; :func:`pflax.data.pathological` with the table's defaults.
+    Returns:
+      ``(clients, class_sets)``; :func:`pflax.data.pathological` with the table's defaults.
+
+    >>> clients, sets = pathological(np.arange(1000) % 10, num_clients=5, samples_per_client=40)
+    >>> [c.size for c in clients], [s.size for s in sets]
+    ([40, 40, 40, 40, 40], [3, 3, 5, 5, 8])
     """
     return _pathological(labels, num_clients, samples_per_client, classes_per_group, **options)
 
@@ -227,21 +282,24 @@ def dirichlet_matched(
     (train) defaults to 10, the usual NIID-Bench ``min_require_size``; the paper gives none.
     ``min_size=0`` / ``min_test_size=0`` allow empty clients.
 
-    Returns the train partition, or ``(train, test)`` when ``y_test`` is given.
+    Args:
+      y_train, y_test, num_clients, beta, seed, min_size, min_test_size, num_classes, max_tries: as in
+        :func:`pflax.data.dirichlet_matched` (here 100 clients and beta = 1.0 by default).
+
+    Returns:
+      The train partition, or ``(train, test)`` when ``y_test`` is given.
+
+    >>> train = dirichlet_matched(np.arange(100) % 10, num_clients=5, min_size=1)
+    >>> len(train), sorted(np.concatenate(train).tolist()) == list(range(100))
+    (5, True)
     """
     return _dirichlet_matched(y_train, y_test, num_clients, beta, seed, min_size, min_test_size, num_classes,
                               max_tries)
 
 
 # -------------------------------------------------------------------------- Table 9: data scarcity
-def data_scarce(
-    labels: np.ndarray,
-    num_clients: int = 1000,
-    samples_per_client: int = 50,
-    s: float = 0.2,
-    num_classes: int | None = None,
-    **layout,
-) -> list[np.ndarray]:
+def data_scarce(labels: np.ndarray, num_clients: int = 1000, samples_per_client: int = 50, s: float = 0.2,
+                num_classes: int | None = None, **layout) -> list[np.ndarray]:
     """FedPAC Table 9 (CIFAR-10, 1000 clients, 50 samples each = one mini-batch, sampling rate 0.03):
     "the default partition strategy", i.e. s = 0.2 with dominant-class group ``i mod 5``: per client 1
     sample of each class plus 13/13/14 of its three dominant classes.
@@ -250,6 +308,18 @@ def data_scarce(
     the official CIFAR loader starts the train cursors at 2000 (test: 500), pass ``start_cursor``. With
     1000 x 50 = 50,000 samples the cursors wrap, so clients share samples unless ``wrap=False`` (which
     then raises).
+
+    Args:
+      labels: int labels ``[n]``.
+      num_clients, samples_per_client: the table's 1000 x 50 by default.
+      s, num_classes, **layout: as in :func:`concept_shift`.
+
+    Returns:
+      One int index array per client.
+
+    >>> clients = data_scarce(np.arange(1000) % 10, num_clients=30)
+    >>> len(clients), {c.size for c in clients}
+    (30, {50})
     """
     labels, k = check_labels(labels, num_classes)
     num_clients = check_count(num_clients, "num_clients")
@@ -278,8 +348,20 @@ def rotation_skew(
       label-skewed default partition, which fits a harder 10-class local task. Pass ``s=0.2`` to put the
       rotation on top of the default dominant-class skew instead.
 
-    Returns ``(clients, angles_per_client)``; rotate with :func:`~pflax.data.rotate_images` or
-    :func:`~pflax.data.rotate_clients` and use the same angles for the test split.
+    Args:
+      labels: int labels ``[n]``.
+      num_clients, samples_per_client: the table's 20 x 600 by default.
+      s: the uniform share (1.0: no label skew).
+      angles: degrees per group (:data:`ROTATION_ANGLES`).
+      num_classes, **layout: as in :func:`concept_shift`.
+
+    Returns:
+      ``(clients, angles_per_client)``; rotate with :func:`~pflax.data.rotate_images` or
+      :func:`~pflax.data.rotate_clients` and use the same angles for the test split.
+
+    >>> clients, angles = rotation_skew(np.arange(500) % 10, num_clients=6, samples_per_client=20)
+    >>> [c.size for c in clients][:2], angles.tolist()
+    ([20, 20], [0.0, 72.0, 144.0, 216.0, 288.0, 0.0])
     """
     labels, k = check_labels(labels, num_classes)
     num_clients = check_count(num_clients, "num_clients")

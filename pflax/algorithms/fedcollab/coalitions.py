@@ -59,18 +59,14 @@ def train_coalitions(algo: Union[federated.Algorithm, ModuleType], assignment, m
       ``[N]`` test accuracy of every client after ``rounds`` rounds, from ``algo.evaluate(state, test,
       train)`` of its coalition.
 
-    >>> import jax
     >>> from pflax.algorithms import fedavg
-    >>> from pflax.data import from_partition, synthetic
+    >>> from pflax.data import toy_federation
     >>> from pflax.models import mlp
-    >>> ds = synthetic(train_per_class=4, test_per_class=2, image_size=8)
-    >>> parts = [range(i * 10, i * 10 + 10) for i in range(3)]
-    >>> train = from_partition(ds.x_train, ds.y_train, parts)
-    >>> test = from_partition(ds.x_test, ds.y_test, [range(i * 5, i * 5 + 5) for i in range(3)])
-    >>> acc = train_coalitions(fedavg, [0, 0, 1], mlp(10, hidden=(8,)), train, test, jax.random.PRNGKey(0),
-    ...                        fedavg.Config(local_epochs=1), rounds=1)
+    >>> train, test = toy_federation()
+    >>> acc = train_coalitions(fedavg, [0, 1], mlp(10, hidden=(8,)), train, test, jax.random.PRNGKey(0),
+    ...                        fedavg.Config(local_epochs=1), rounds=1)  # two singletons: local training
     >>> acc.shape
-    (3,)
+    (2,)
     """
     algo = _as_algorithm(algo)
     assignment = np.asarray(assignment)
@@ -87,8 +83,22 @@ def assign_new_client(assignment, dist, sizes, new_dist, new_size: float, c: flo
     """Best coalition for a newcomer without re-solving: the option (join coalition k, or train
     locally) with the lowest objective over all N + 1 clients, other clients' coalitions unchanged.
 
-    ``new_dist [N]`` are the estimated distances between the newcomer and the existing clients.
-    Returns ``{"assignment" [N+1] (canonical), "joined" (members it joined; [] for local), "objective"}``.
+    Args:
+      assignment: ``[N]`` the existing coalition labels.
+      dist: ``[N, N]`` the existing clients' estimated distances D_hat.
+      sizes: ``[N]`` their sample counts.
+      new_dist: ``[N]`` the estimated distances between the newcomer and the existing clients.
+      new_size: the newcomer's sample count.
+      c: the objective's constant ``C`` (:mod:`.solver`).
+      allow_local: whether training alone is an option.
+
+    Returns:
+      ``{"assignment" [N+1] (canonical), "joined" (members it joined; [] for local), "objective"}``.
+
+    >>> assign_new_client([0, 0], np.zeros((2, 2)), [10, 10], [0.0, 0.0], 10, c=1.0)["joined"]  # no shift: join
+    [0, 1]
+    >>> assign_new_client([0, 1], np.zeros((2, 2)), [10, 10], [1.0, 1.0], 10, c=0.0)["assignment"].tolist()
+    [0, 1, 2]
     """
     p = canonical(assignment)
     n = len(p)

@@ -42,6 +42,24 @@ __all__ = ["DiscConfig", "Discriminator", "disc_splits", "estimate_distances", "
 
 @dataclasses.dataclass(frozen=True)
 class DiscConfig:
+    """The discriminators' training setting (the official ``disc_estimate.py`` defaults).
+
+    Attributes:
+      lr: plain-SGD learning rate (0.05 for CIFAR-100 in the paper).
+      batch_size: one minibatch per client per round.
+      max_rounds: rounds at most per pair.
+      eval_every: rounds between validation scores.
+      patience: evaluations without strict improvement before a pair stops.
+      hidden: the discriminator's width.
+      execution: the mapping strategy of the pairs' evaluation.
+
+    >>> DiscConfig().patience, DiscConfig(lr=0.05).lr
+    (10, 0.05)
+    >>> DiscConfig(eval_every=0)
+    Traceback (most recent call last):
+    ValueError: DiscConfig: lr >= 0 and batch_size, max_rounds, eval_every, patience >= 1 required
+    """
+
     lr: float = 0.01  # 0.05 for CIFAR-100 in the paper
     batch_size: int = 32
     max_rounds: int = 2000
@@ -58,7 +76,17 @@ class DiscConfig:
 
 
 class Discriminator(nn.Module):
-    """flatten(x) -> Linear(200); onehot(y) * L/sqrt(L-1) -> Linear(200) added twice; ReLU; Linear(1)."""
+    """flatten(x) -> Linear(200); onehot(y) * L/sqrt(L-1) -> Linear(200) added twice; ReLU; Linear(1).
+
+    Attributes:
+      num_labels: L, the label count.
+      hidden: the width (200 officially).
+
+    >>> disc = Discriminator(num_labels=3, hidden=4)
+    >>> params = disc.init(jax.random.PRNGKey(0), jnp.zeros((1, 2, 2)), jnp.zeros(1, int))
+    >>> disc.apply(params, jnp.ones((5, 2, 2)), jnp.array([0, 1, 2, 0, 1])).shape  # one logit per (x, y)
+    (5,)
+    """
 
     num_labels: int
     hidden: int = 200
@@ -84,7 +112,19 @@ def disc_splits(train: ClientData, num_labels: int, seed: int = 0) -> tuple[Clie
     """Stratified discriminator train/validation splits of every client's FL training data.
 
     Every client trains on the same number of samples, half the smallest client's size; the rest is
-    its validation set. Returns two :class:`ClientData` (train rows all real, validation padded).
+    its validation set.
+
+    Args:
+      train: the clients' FL training data.
+      num_labels: the label count.
+      seed: the split's random seed.
+    Returns:
+      ``(train, validation)`` :class:`ClientData` (train rows all real, validation padded).
+
+    >>> from pflax.data import toy_federation
+    >>> tr, va = disc_splits(toy_federation(train_per_client=10)[0], num_labels=10)
+    >>> tr.sizes.tolist(), va.sizes.tolist()
+    ([5, 5], [5, 5])
     """
     x, y, mask = np.asarray(train.x), np.asarray(train.y), np.asarray(train.mask).astype(bool)
     sizes = mask.sum(1)
@@ -125,7 +165,16 @@ def _gather(x: np.ndarray, y: np.ndarray, idx: list, ids) -> ClientData:
 
 
 def pair_list(n: int) -> np.ndarray:
-    """All unordered pairs (i < j), ``[N(N-1)/2, 2]``, row-major."""
+    """All unordered pairs (i < j), ``[N(N-1)/2, 2]``, row-major.
+
+    Args:
+      n: N, the client count.
+    Returns:
+      an int32 array.
+
+    >>> pair_list(3).tolist()
+    [[0, 1], [0, 2], [1, 2]]
+    """
     i, j = np.triu_indices(n, k=1)
     return np.stack([i, j], 1).astype(np.int32)
 
@@ -242,7 +291,22 @@ def estimate_distances(
     ``encoder`` is an optional *frozen* feature extractor (x -> features, e.g. a pretrained CNN for
     images); as it is frozen, features are computed once up front, which equals running it inside
     the discriminator. ``key`` gives the shared initial discriminator and every minibatch draw.
-    Returns ``{"D": [N, N] (symmetric, zero diagonal, unclipped), "pairs", "best", "rounds"}``.
+
+    Args:
+      train: the clients' FL training data (every client with >= 2 samples).
+      num_labels: the label count.
+      key: PRNG key.
+      config: :class:`DiscConfig`.
+      encoder: optional frozen feature extractor.
+      pairs: ``[P, 2]`` the pairs to estimate (default: :func:`pair_list`); the others stay 0.
+      split_seed: :func:`disc_splits`' seed.
+    Returns:
+      ``{"D": [N, N] (symmetric, zero diagonal, unclipped), "pairs", "best" [P], "rounds" [P]}``.
+
+    >>> from pflax.data import toy_federation
+    >>> estimate_distances(toy_federation(num_clients=1)[0], 10, jax.random.PRNGKey(0))
+    Traceback (most recent call last):
+    ValueError: distance estimation needs at least two clients
     """
     n = train.num_clients
     if n < 2:

@@ -9,7 +9,22 @@ __all__ = ["plot_distances"]
 
 
 def plot_distances(dist, assignment, path, title: str = "FedCollab: estimated distances") -> None:
-    """Heat map of D_hat; each coalition's block (clients reordered by coalition) is boxed."""
+    """Heat map of D_hat; each coalition's block (clients reordered by coalition) is boxed.
+
+    Args:
+      dist: ``[N, N]`` estimated distances.
+      assignment: ``[N]`` coalition labels.
+      path: the image file to write.
+      title: the figure's title.
+    Returns:
+      None (writes ``path``).
+
+    >>> import os, tempfile
+    >>> out = os.path.join(tempfile.mkdtemp(), "distances.png")
+    >>> plot_distances(np.array([[0.0, 0.1, 0.9], [0.1, 0.0, 0.8], [0.9, 0.8, 0.0]]), [0, 0, 1], out)
+    >>> os.path.getsize(out) > 0
+    True
+    """
     import matplotlib
 
     matplotlib.use("Agg")

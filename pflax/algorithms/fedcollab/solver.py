@@ -35,6 +35,18 @@ def objectives(assignments: np.ndarray, dist: np.ndarray, sizes: np.ndarray, c: 
 
     ``beta`` defaults to ``sizes / sum(sizes)``; passing it separately allows the "ignore quantities"
     ablation (uniform beta, same total m).
+
+    Args:
+      assignments: ``[K, N]`` coalition labels (or one ``[N]``).
+      dist: ``[N, N]`` estimated distances (negative entries count as 0).
+      sizes: ``[N]`` sample counts (all > 0).
+      c: the bound's constant ``C``.
+      beta: ``[N]`` optional client weights.
+    Returns:
+      ``[K]`` objectives.
+
+    >>> objectives(np.array([[0, 1], [0, 0]]), np.zeros((2, 2)), [1, 1], c=1.0).round(3).tolist()  # apart, together
+    [1.0, 0.707]
     """
     dist, sizes = _check_inputs(dist, sizes)
     m = sizes.sum()
@@ -51,11 +63,31 @@ def objectives(assignments: np.ndarray, dist: np.ndarray, sizes: np.ndarray, c: 
 
 
 def objective(assignment, dist, sizes, c: float, beta=None) -> float:
+    """The objective of one assignment (:func:`objectives`).
+
+    Args:
+      assignment: ``[N]`` coalition labels.
+      dist, sizes, c, beta: as :func:`objectives`.
+    Returns:
+      a float.
+
+    >>> round(objective([0, 0], np.array([[0.0, 0.5], [0.5, 0.0]]), [1, 1], c=1.0), 3)  # 1/sqrt(2) + 0.5 * 0.5
+    0.957
+    """
     return float(objectives(np.asarray(assignment)[None], dist, sizes, c, beta)[0])
 
 
 def canonical(assignment) -> np.ndarray:
-    """Relabel coalitions by their smallest member's index (labels are otherwise arbitrary)."""
+    """Relabel coalitions by their smallest member's index (labels are otherwise arbitrary).
+
+    Args:
+      assignment: ``[N]`` coalition labels.
+    Returns:
+      ``[N]`` int64 labels.
+
+    >>> canonical([5, 5, 2, 7, 2]).tolist()
+    [0, 0, 2, 3, 2]
+    """
     p = np.asarray(assignment)
     first = {}
     for i, label in enumerate(p):
@@ -64,7 +96,16 @@ def canonical(assignment) -> np.ndarray:
 
 
 def coalitions_of(assignment) -> list[list[int]]:
-    """Coalitions as sorted member lists, ordered by smallest member."""
+    """Coalitions as sorted member lists, ordered by smallest member.
+
+    Args:
+      assignment: ``[N]`` coalition labels.
+    Returns:
+      a list of member lists.
+
+    >>> coalitions_of([1, 0, 1])
+    [[0, 2], [1]]
+    """
     p = canonical(assignment)
     return [np.flatnonzero(p == label).tolist() for label in sorted(set(p.tolist()))]
 
@@ -95,7 +136,20 @@ def solve(dist, sizes, c: float, seed: int = 0, restarts: int = 100, max_sweeps:
     """Greedy search with ``restarts`` runs that differ only in their random visit orders (one seeded
     generator for all runs). Keeps the lowest objective, the earliest run on ties.
 
-    Returns ``{"assignment" (canonical), "coalitions", "objective"}``. Deterministic for a seed.
+    Args:
+      dist: ``[N, N]`` estimated distances.
+      sizes: ``[N]`` sample counts.
+      c: the bound's constant ``C``.
+      seed: the visit orders' seed.
+      restarts: greedy runs (>= 1).
+      max_sweeps: passes over the clients per run.
+      beta: optional client weights (:func:`ablate`).
+    Returns:
+      ``{"assignment" (canonical), "coalitions", "objective"}``. Deterministic for a seed.
+
+    >>> two_groups = np.kron(1.0 - np.eye(2), np.ones((2, 2)))  # distance 1 across groups, 0 inside
+    >>> solve(two_groups, [10, 10, 10, 10], c=1.0, restarts=2)["coalitions"]
+    [[0, 1], [2, 3]]
     """
     dist, sizes = _check_inputs(dist, sizes)
     if restarts < 1:
@@ -112,7 +166,16 @@ def solve(dist, sizes, c: float, seed: int = 0, restarts: int = 100, max_sweeps:
 
 
 def all_partitions(n: int):
-    """Every set partition of n items as a restricted-growth assignment (for exhaustive checks)."""
+    """Every set partition of n items as a restricted-growth assignment (for exhaustive checks).
+
+    Args:
+      n: the item count.
+    Returns:
+      a generator of ``[n]`` label arrays (the Bell number of them).
+
+    >>> [p.tolist() for p in all_partitions(3)]
+    [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1], [0, 1, 2]]
+    """
     def grow(prefix, top):
         if len(prefix) == n:
             yield np.array(prefix)
@@ -128,6 +191,16 @@ def ablate(dist, sizes, mode: str) -> tuple[np.ndarray, np.ndarray | None]:
 
     * ``"ignore_quantities"``: beta replaced by the uniform 1/N (m unchanged).
     * ``"ignore_distances"``: every off-diagonal D_hat replaced by the off-diagonal average.
+
+    Args:
+      dist: ``[N, N]`` estimated distances.
+      sizes: ``[N]`` sample counts.
+      mode: ``"ignore_quantities"`` or ``"ignore_distances"``.
+    Returns:
+      ``(dist, beta)`` for :func:`solve` (``beta`` None: from the sizes).
+
+    >>> ablate(np.array([[0.0, 0.2], [0.2, 0.0]]), [1, 3], "ignore_quantities")[1].tolist()
+    [0.5, 0.5]
     """
     dist, sizes = _check_inputs(dist, sizes)
     n = len(sizes)

@@ -90,7 +90,26 @@ __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_
 class Config:
     """FedPAC hyper-parameters; defaults are the paper's FMNIST/EMNIST setting (Sec. 5 and its
     appendix: lr 0.01 for the body and 0.1 for the head, momentum 0.5, weight decay 5e-4, batch 50,
-    1 head epoch and 5 body epochs, lambda = 1)."""
+    1 head epoch and 5 body epochs, lambda = 1).
+
+    Attributes:
+      body_lr, head_lr: learning rates of the body and head phases (>= 0).
+      momentum: in [0, 1). weight_decay: coupled L2 (>= 0). batch_size: >= 1.
+      head_epochs, body_epochs: epochs of the two local phases (>= 0).
+      lam: weight of the feature-alignment term (Sec. 4.1).
+      feature_alignment, classifier_collaboration: the ablation switches "FA" and "CC".
+      align_in_round0: add the alignment term in round 0 too (official: no).
+      qp_mode: ``"exact"`` or ``"official"`` (:mod:`.combination`).
+      weight_threshold: combination weights at or below it are dropped (official 1e-3).
+      variance_floor: floor on ``v_i`` (0: official).
+      execution: how clients are mapped.
+
+    >>> Config().head_lr, Config(body_epochs=1).body_epochs
+    (0.1, 1)
+    >>> Config(qp_mode="osqp")
+    Traceback (most recent call last):
+    ValueError: qp_mode must be 'exact' or 'official', got 'osqp'
+    """
 
     body_lr: float = 0.01
     head_lr: float = 0.1
@@ -134,6 +153,11 @@ def init(key: Array, model: SplitModel, sample_x: Array, num_clients: int, confi
     Returns:
       The state: ``server = {"body", "centroids" [K, d] (zeros), "centroid_valid" [K] (False)}`` and
       every client's row ``{"head"}`` the same initial head (as the official deep copies).
+
+    >>> from pflax.models import mlp
+    >>> state = init(jax.random.PRNGKey(0), mlp(3, hidden=(4,)), jnp.zeros((1, 6)), 2)
+    >>> state.server["centroids"].shape, bool(state.server["centroid_valid"].any())
+    ((3, 4), False)
     """
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
@@ -256,7 +280,17 @@ def pieces_for(model: SplitModel, cfg: Config) -> federated.RoundPieces:
     """FedPAC's round as :class:`pflax.core.federated.RoundPieces`. Given test splits, the participants
     score them before and after local training inside ``local_update`` (``acc_before``, ``acc_after``:
     the official code's ``acc0``/``acc1``), and ``accuracy`` is every algorithm's metric: the new
-    state's personalized models (aggregated body + combined head) on the same splits."""
+    state's personalized models (aggregated body + combined head) on the same splits.
+
+    Args:
+      model: the split model.
+      cfg: :class:`Config`.
+    Returns:
+      the :class:`pflax.core.federated.RoundPieces`.
+
+    >>> pieces_for(None, Config()).test_in_client
+    True
+    """
     return federated.RoundPieces(
         broadcast=_broadcast,
         local_update=lambda message, participant: _local_update(message, participant, model, cfg),
@@ -314,6 +348,17 @@ def check_inputs(state: State, batch: ClientData, test: ClientData | None = None
     clients is simply absent from their statistics; a class missing on every participant keeps its
     previous global centroid (and validity); a round whose result is not finite leaves the state
     unchanged and reports ``metrics["nonfinite"]``.
+
+    Returns:
+      None.
+
+    >>> from pflax.data import toy_federation
+    >>> from pflax.models import mlp
+    >>> train, test = toy_federation()
+    >>> state = init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2)
+    >>> check_inputs(state, train, test.take([1, 0]))
+    Traceback (most recent call last):
+    pflax.data.sources.DataError: test: rows must be the same clients, in the same order, as batch's ...
     """
     check_batch(state.num_clients, state.model.num_classes, batch, "batch")
     if test is not None:

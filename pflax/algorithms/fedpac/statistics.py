@@ -25,7 +25,16 @@ __all__ = ["FedPACStatistics", "fedpac_statistics"]
 
 
 class FedPACStatistics(NamedTuple):
-    """One client's FedPAC statistics."""
+    """One client's FedPAC statistics.
+
+    Attributes:
+      v: scalar ``V_i / n_i``, the feature variance term.
+      h: ``[K, d]`` ``H_i[y] = p_i(y) mu_{i,y}``.
+      n: scalar ``n_i``, the sample count.
+
+    >>> FedPACStatistics(v=0.5, h=jnp.zeros((2, 1)), n=4.0).n
+    4.0
+    """
 
     v: Array  # scalar V_i / n_i
     h: Array  # [K, d] H_i[y] = p_i(y) mu_{i,y}
@@ -43,6 +52,11 @@ def fedpac_statistics(s: ClassSums) -> FedPACStatistics:
 
     Returns:
       :class:`FedPACStatistics` ``(v, h [K, d], n)``; an empty client gives zeros.
+
+    >>> from pflax.core.stats import class_sums
+    >>> s = class_sums(jnp.array([[0.0], [2.0], [4.0]]), jnp.array([0, 0, 1]), jnp.ones(3, bool), 2)
+    >>> [round(h, 3) for h in fedpac_statistics(s).h[:, 0].tolist()]  # priors (2/3, 1/3) times means (1, 4)
+    [0.667, 1.333]
     """
     n = s.counts.sum()
     prior = safe_div(s.counts, n)
