@@ -32,7 +32,7 @@ _LONGEST_FIRST = (
     "test_contract.py", "test_fedcollab.py", "test_execution.py", "test_fedpick.py",
     "test_fedpac.py", "test_baselines_more.py", "test_baselines.py",
     "test_checkpoint.py", "test_notebook_cli.py", "test_multiprocess.py", "test_map_reduce.py",
-    "test_doctests.py",
+    "test_doctests.py", "test_cli.py",  # after test_fedcollab.py, whose compiled rounds test_cli.py's runs reuse
 )
 
 

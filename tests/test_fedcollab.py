@@ -210,15 +210,13 @@ _CAPS = {"local_epochs": 1, "body_epochs": 1, "head_epochs": 1, "finetune_epochs
 
 
 def _coalition_federation(bn: bool):
-    """4 clients x 10 training / 5 test samples of 8x8 synthetic images (3-channel 16x16 for the BN
-    models)."""
+    """4 clients x 40 training / 20 test samples of 8x8 synthetic images (16x16 for the BN models).
+    Each coalition is then 2 clients of 40 / 20 samples: the shapes of tests/test_cli.py's runs of
+    every algorithm, so the two files share their compiled rounds through the compilation cache."""
     size = 16 if bn else 8
-    ds = synthetic(num_classes=10, train_per_class=4, test_per_class=2, image_size=size, seed=2)
-    x_tr, x_te = ds.x_train, ds.x_test
-    if bn:  # the digits CNN takes 3 channels
-        x_tr, x_te = (np.repeat(np.asarray(a)[..., :1], 3, axis=-1) for a in (x_tr, x_te))
-    train = from_partition(x_tr, ds.y_train, [range(10 * i, 10 * i + 10) for i in range(4)])
-    test = from_partition(x_te, ds.y_test, [range(5 * i, 5 * i + 5) for i in range(4)])
+    ds = synthetic(num_classes=10, train_per_class=16, test_per_class=8, image_size=size, seed=2)
+    train = from_partition(ds.x_train, ds.y_train, [range(40 * i, 40 * i + 40) for i in range(4)])
+    test = from_partition(ds.x_test, ds.y_test, [range(20 * i, 20 * i + 20) for i in range(4)])
     return train, test
 
 
@@ -250,7 +248,7 @@ def test_train_coalitions_runs_other_algorithms(name):
     # one run of the algorithm on its members alone, from the same key.
     entry = _entry(name)
     train, test = _coalition_federation(False)
-    model, cfg, key = _coalition_model(name), _tiny_config(entry), jax.random.key(0)
+    model, cfg, key = _coalition_model(name), _tiny_config(entry), jax.random.PRNGKey(0)
     acc = train_coalitions(entry, ASSIGNMENT, model, train, test, key, cfg, rounds=1)
     assert acc.shape == (4,) and np.all(np.isfinite(acc)) and np.all((acc >= 0) & (acc <= 1))
     members = [0, 2]
@@ -266,7 +264,7 @@ def test_train_coalitions_runs_other_algorithms(name):
 def test_train_coalitions_every_registry_algorithm(name):
     module = importlib.import_module(f"pflax.algorithms.{name}")  # a module works as well as its entry
     train, test = _coalition_federation(name in BN_ALGORITHMS)
-    acc = train_coalitions(module, ASSIGNMENT, _coalition_model(name), train, test, jax.random.key(1),
+    acc = train_coalitions(module, ASSIGNMENT, _coalition_model(name), train, test, jax.random.PRNGKey(0),
                            _tiny_config(module), rounds=1)
     assert acc.shape == (4,) and np.all(np.isfinite(acc)) and np.all((acc >= 0) & (acc <= 1))
 

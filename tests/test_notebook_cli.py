@@ -26,7 +26,7 @@ def test_cli_offline_run_writes_results(tmp_path):
     # the same round and evaluate programs, so this run reuses the notebook's compilations through
     # the test run's shared compilation cache.
     cmd = [sys.executable, "-m", "pflax.cli", "run", "fedpac", "--clients", "10", "--rounds", "2",
-           "--train-per-client", "150", "--test-per-client", "100", "--body-epochs", "2", "--eval-every", "1",
+           "--train-per-client", "150", "--test-per-client", "100", "--set", "body_epochs=2", "--eval-every", "1",
            "--out", str(out), "--quiet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -34,7 +34,7 @@ def test_cli_offline_run_writes_results(tmp_path):
     assert result["status"] == "finished" and result["rounds_completed"] == 2
     assert len(result["final_per_client"]) == 10
     assert 0.0 <= result["final_accuracy"]["mean"] <= 100.0
-    for name in ("rounds.csv", "accuracy.png", "weights.png"):
+    for name in ("run.toml", "rounds.csv", "accuracy.png", "weights.png"):
         assert (out / name).stat().st_size > 0
     assert not list(out.glob(".*"))  # no temp files left behind
 
@@ -52,7 +52,7 @@ def test_cli_runs_baselines_and_resumes(tmp_path):
 
     out = tmp_path / "perfedavg"
     base = ["run", "perfedavg", "--model", "mlp", "--clients", "3", "--train-per-client", "40",
-            "--test-per-client", "40", "--local-epochs", "1", "--eval-every", "1", "--checkpoint-every", "1",
+            "--test-per-client", "40", "--set", "local_epochs=1", "--eval-every", "1", "--checkpoint-every", "1",
             "--out", str(out), "--quiet", "--set", "alpha=0.02"]
     assert cli.main(base + ["--rounds", "1"]) == 0
     assert cli.main(base + ["--rounds", "2", "--resume"]) == 0

@@ -429,7 +429,7 @@ check_inputs = leafwise.check_inputs
 
 ALGORITHM = federated.Algorithm(
     name="fedpick", Config=Config, init=init, round=round, evaluate=evaluate, pieces=pieces,
-    check_inputs=check_inputs,
+    check_inputs=check_inputs, backbone="bn",
     summary="FedPick (BN models only): per-client feature selection (Gumbel-sigmoid mask) on a FedBN backbone")
 
 

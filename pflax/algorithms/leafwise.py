@@ -463,4 +463,4 @@ def preset(name: str, config_class: type, summary: str) -> federated.Algorithm:
 
     preset_init.__doc__ = f"{name}'s ``init(key, model, sample_x, num_clients, config=Config())``."
     return federated.Algorithm(name=name, Config=config_class, init=preset_init, round=round, evaluate=evaluate,
-                               pieces=pieces_for, check_inputs=check_inputs, summary=summary)
+                               pieces=pieces_for, check_inputs=check_inputs, summary=summary, backbone="bn")

@@ -453,6 +453,8 @@ class Algorithm:
       check_inputs: eager validation ``(state, batch, test=None)`` with readable errors.
       needs_train: ``evaluate`` personalises on training data (``train`` is required).
       summary: one line for ``pflax list``.
+      backbone: the model family ``init`` expects: ``"split"`` (a :class:`pflax.models.SplitModel`, body
+        and head) or ``"bn"`` (a :class:`pflax.models.bn.BNModel` with BatchNorm layers).
 
     The functions' parameter names are checked on construction (``TypeError`` otherwise); :func:`build`
     makes the usual entry.
@@ -472,6 +474,7 @@ class Algorithm:
     check_inputs: Callable
     needs_train: bool = False
     summary: str = ""
+    backbone: str = "split"
 
     sample_clients = staticmethod(sample_clients)
 

@@ -27,11 +27,13 @@ def _as_algorithm(algo: Union[federated.Algorithm, ModuleType]):
 
 
 def _train_one(algo, key, model, train: ClientData, test: ClientData, config: Any, rounds: int):
+    from ...experiment import loop
+
     state = algo.init(key, model, train.x[0, :1], train.num_clients, config)
-    for _ in range(rounds):
-        state, _ = algo.round(state, train)
-    # Algorithms that personalise at evaluation (fine-tuning, kNN datastores) use the training split.
-    return np.asarray(algo.evaluate(state, test, train)["accuracy"])
+    # Every member takes part in every round; evaluated once, after the last round, with the training
+    # split (algorithms that personalise at evaluation, fine-tuning or kNN datastores, need it).
+    _, record = loop(algo, state, train, test, rounds, eval_every=0, on_nonfinite="continue")
+    return np.asarray(record.evaluations[-1]["accuracy"])
 
 
 def _local_ids(data: ClientData, members: list[int]) -> ClientData:

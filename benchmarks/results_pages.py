@@ -1,0 +1,828 @@
+"""The results pages: every benchmark number beside the paper's, generated from committed files only.
+
+    python benchmarks/results_pages.py           # (re)write docs/results/*.md
+    python benchmarks/results_pages.py --check   # exit 1 if a committed page differs from what this writes
+
+Inputs: the results files under ``benchmarks/results/`` and the paper numbers in
+``benchmarks/paper/paper_numbers.csv`` (one row per paper cell: paper, table, setting, method, metric,
+value, source). Output: one page per paper table under ``docs/results/`` and ``docs/results/README.md``
+(the scoreboard). No JAX, no training: the script only reads JSON and CSV.
+
+Everything a page shows is declared in ``PAGES`` below. A page has sections; a section has rows; a row
+names its results files (globs under ``benchmarks/results/``), the field expression its value is read
+with, and its paper cell. New results are picked up without new code:
+
+* more seeds: a row whose file entry is a *folder* reads ``<folder>/results.json`` and every
+  ``<folder>/seed*/results.json``; a glob such as ``fedpick_domains/fedpick_seed*.json`` matches
+  every seed file. Each file is one seed; the page shows mean +- std over them.
+* a new method or table: add a ``Row`` (or a ``Page``) to ``PAGES``. A row whose files do not exist
+  yet is shown as "not run yet".
+
+Field expressions (printed on the pages, and re-evaluated independently by
+``tests/test_results_pages.py``): a dotted path into the JSON with ``[i]`` (list index),
+``["key"]`` (dict key) and ``[round=N]`` (the list element whose ``round`` is N) selectors, optionally
+wrapped as ``mean(PATH)`` (mean of a list) and prefixed by ``100 * ``. Examples:
+``final_accuracy.mean``, ``100 * mean(personalized_history[-1].accuracy)``,
+``methods["FedAvg"].Acc``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import shlex
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+PAPER_CSV = REPO / "benchmarks" / "paper" / "paper_numbers.csv"
+DOCS = REPO / "docs" / "results"
+THRESHOLDS = (1.0, 1.5)  # scoreboard: |ours - paper| within this many points
+DASH = "—"
+
+
+# --------------------------------------------------------------------------------------------------
+# What the pages show
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    """One method on one page section.
+
+    Args:
+      method: the label on the page.
+      files: globs relative to ``benchmarks/results/``; a folder stands for its ``results.json`` and
+        its ``seed*/results.json``. One matched file is one seed.
+      value: field expression read from each file (the module docstring gives the syntax).
+      paper: ``(paper, table, setting, method, metric)`` of the paper cell, or None.
+      kind: how rounds, seed and command are read from a file (a key of ``KINDS``).
+      rounds: field expression for the rounds a file's number is after; default: the kind's.
+      repeat_of: the page where this same cell is counted, when it is repeated here for the ordering.
+      expect: ``(expression, value)`` pairs every file must satisfy (e.g. the domain at an index).
+    """
+
+    method: str
+    files: tuple[str, ...]
+    value: str
+    paper: tuple[str, str, str, str, str] | None
+    kind: str = "pflax"
+    rounds: str | None = None
+    repeat_of: str | None = None
+    expect: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class Section:
+    """A results table on a page.
+
+    Args:
+      title: section heading.
+      rows: the rows, in the paper's order.
+      paper_rounds: the number of rounds the paper's numbers are after.
+      counted: whether the section's cells enter the scoreboard (``why_not`` says why not).
+      same_round: compare every row at one round: the latest round that every row's files evaluated.
+        The row expressions contain ``{round}``.
+      higher_is_better: direction of the metric (only for naming the best method).
+      note: a paragraph under the heading.
+    """
+
+    title: str
+    rows: tuple[Row, ...]
+    paper_rounds: int
+    counted: bool = True
+    why_not: str = ""
+    same_round: bool = False
+    higher_is_better: bool = True
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Page:
+    slug: str
+    title: str
+    citation: str
+    data: str  # for the scoreboard: whether our data are the paper's
+    intro: str
+    sections: tuple[Section, ...]
+
+
+FEDPAC_CITE = ("Xu, Tong and Huang, *Personalized Federated Learning with Feature Alignment and Classifier "
+               "Collaboration*, ICLR 2023; official code https://github.com/JianXu95/FedPAC.")
+FEDCOLLAB_CITE = ("Bao, Wang, Wu and He, *Optimizing the Collaboration Structure in Cross-Silo Federated "
+                  "Learning*, ICML 2023; official code https://github.com/baowenxuan/FedCollab.")
+FEDPICK_CITE = ("Zhu, Liu, Tang, Niu, Wu and Shen, *Take Your Pick: Enabling Effective Personalized Federated "
+                "Learning within Low-dimensional Feature Space*.")
+
+FINAL = "final_accuracy.mean"
+LAST_EVAL = "100 * mean(personalized_history[-1].accuracy)"
+
+
+def _fedpac_t1(setting: str, rows: list[tuple[str, str, str]]) -> tuple[Row, ...]:
+    """Rows of FedPAC Table 1/4 from (label, folder, kind); the paper cell is (label, setting)."""
+    out = []
+    for label, folder, kind in rows:
+        table = "4" if label in T4_METHODS else "1"
+        if kind == "fedavg_eval":
+            out.append(Row(label, (folder + "/from_fedavg.json",), LAST_EVAL, ("FedPAC", table, setting, label, "acc"),
+                           kind="fedavg_eval"))
+        else:
+            out.append(Row(label, (folder,), FINAL, ("FedPAC", table, setting, label, "acc")))
+    return tuple(out)
+
+
+T4_METHODS = ("FedProx", "SCAFFOLD", "HypCluster (k=3)", "HypCluster (k=5)", "FedEM (M=3)", "FedEM-FT (M=3)",
+              "FedEM (M=5)", "FedEM-FT (M=5)")
+FMNIST20 = "FMNIST/20clients_frac1.0"
+FMNIST100 = "FMNIST/100clients_frac0.3"
+
+FEDPAC_TABLE1 = Page(
+    slug="fedpac_table1",
+    title="FedPAC, Table 1: Fashion-MNIST",
+    citation=FEDPAC_CITE + " Table 1 (final test accuracy, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=(
+        "Setting (paper Section 6.1 and Appendix B): Fashion-MNIST, every client with the same data size, "
+        "s = 20 % of it drawn uniformly from all classes and the rest from its group's dominant classes; "
+        "600 training and 600 test images per client; the paper's CNN; local SGD with batch 50, lr 0.01, "
+        "momentum 0.5, weight decay 5e-4, E = 5 local epochs (FedPAC: 1 head + 5 body epochs); 200 rounds; "
+        "seed 0. The number is the mean over clients of each client's personalised test accuracy after the "
+        "last round. Most baselines ran fewer than 200 rounds on a 2-core CPU: their rounds and status say "
+        "so, and their gap to the paper is not a final verdict. FedAvg-FT and kNN-Per train exactly as "
+        "FedAvg; their numbers are their own evaluation applied to the FedAvg run's global model "
+        "(`benchmarks/fedavg_family_eval.py`), which reproduces their direct runs exactly at the rounds "
+        "both have."),
+    sections=(
+        Section("20 clients, full participation", _fedpac_t1(FMNIST20, [
+            ("Local-only", "table1_fmnist/local_only", "pflax"),
+            ("FedAvg", "table1_fmnist/fedavg", "pflax"),
+            ("FedAvg-FT", "table1_fmnist/fedavg_ft", "fedavg_eval"),
+            ("FedPer", "table1_fmnist/fedper", "pflax"),
+            ("LG-FedAvg", "table1_fmnist/lg_fedavg", "pflax"),
+            ("FedRep", "table1_fmnist/fedrep", "pflax"),
+            ("FedBABU", "table1_fmnist/fedbabu", "pflax"),
+            ("Fed-RoD", "table1_fmnist/fed_rod", "pflax"),
+            ("kNN-Per", "table1_fmnist/knn_per", "fedavg_eval"),
+            ("APFL", "table1_fmnist/apfl", "pflax"),
+            ("pFedMe", "table1_fmnist/pfedme", "pflax"),
+            ("Ditto", "table1_fmnist/ditto", "pflax"),
+            ("FedFomo", "table1_fmnist/fedfomo", "pflax"),
+            ("pFedHN", "table1_fmnist/pfedhn", "pflax"),
+            ("FedPAC", "fedpac_fmnist/both", "pflax"),
+        ]), paper_rounds=200),
+        Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
+            ("Local-only", "table1_fmnist_100clients/local_only", "pflax"),
+            ("FedAvg", "table1_fmnist_100clients/fedavg", "pflax"),
+            ("FedRep", "table1_fmnist_100clients/fedrep", "pflax"),
+            ("Fed-RoD", "table1_fmnist_100clients/fedrod", "pflax"),
+            ("FedPAC", "table1_fmnist_100clients/fedpac", "pflax"),
+        ]), paper_rounds=200,
+            note="30 of the 100 clients train in each round; every client is evaluated. "
+                 "`benchmarks/fedpac_table1_100clients.sh` runs (and resumes) this column."),
+    ),
+)
+
+FEDPAC_TABLE2 = Page(
+    slug="fedpac_table2",
+    title="FedPAC, Table 2: ablation on Fashion-MNIST",
+    citation=FEDPAC_CITE + " Table 2 (FA = feature alignment, CC = classifier collaboration; test accuracy, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=(
+        "Setting: Table 1's 20-client Fashion-MNIST federation (see `fedpac_table1.md`), FedPAC with "
+        "`--no-fa` and/or `--no-cc` (`benchmarks/fedpac_fmnist.sh`). The ablation arms ran 50 rounds, "
+        "the full method 200; the paper's numbers are after 200 rounds. The second table compares every "
+        "arm at the same round, from the same runs (same seed and data, so the full method's history up "
+        "to that round is what a shorter run would give)."),
+    sections=(
+        Section("Each arm at its last round", tuple(
+            Row(label, ("fedpac_fmnist/" + folder,), FINAL,
+                ("FedPAC", "2", "Fashion-MNIST/20clients_frac1.0", f"FedPAC[{arm}]", "acc"),
+                repeat_of="fedpac_table1.md" if arm == "Both" else None)
+            for label, folder, arm in (("None", "none", "None"), ("w/ FA", "fa_only", "w/ FA"),
+                                       ("w/ CC", "cc_only", "w/ CC"), ("Both (FedPAC)", "both", "Both")))
+        , paper_rounds=200),
+        Section("Every arm at the same round", tuple(
+            Row(label, ("fedpac_fmnist/" + folder,), "100 * mean(personalized_history[round={round}].accuracy)",
+                ("FedPAC", "2", "Fashion-MNIST/20clients_frac1.0", f"FedPAC[{arm}]", "acc"),
+                rounds="personalized_history[round={round}].round")
+            for label, folder, arm in (("None", "none", "None"), ("w/ FA", "fa_only", "w/ FA"),
+                                       ("w/ CC", "cc_only", "w/ CC"), ("Both (FedPAC)", "both", "Both")))
+        , paper_rounds=200, counted=False, same_round=True,
+            why_not="the same runs as above, read at an earlier round"),
+    ),
+)
+
+FEDPAC_TABLE4 = Page(
+    slug="fedpac_table4",
+    title="FedPAC, Table 4: more baselines on Fashion-MNIST",
+    citation=FEDPAC_CITE + " Table 4, appendix (final test accuracy, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=("Setting: as Table 1, 20 clients, full participation (see `fedpac_table1.md`); "
+           "`benchmarks/fedpac_table1_fmnist.py` runs these methods too. HypCluster is IFCA with k server "
+           "models; FedEM has M mixture components."),
+    sections=(
+        Section("20 clients, full participation", _fedpac_t1(FMNIST20, [
+            ("FedProx", "table1_fmnist/fedprox", "pflax"),
+            ("SCAFFOLD", "table1_fmnist/scaffold", "pflax"),
+            ("HypCluster (k=3)", "table1_fmnist/hypcluster__k_3", "pflax"),
+            ("HypCluster (k=5)", "table1_fmnist/hypcluster__k_5", "pflax"),
+            ("FedEM (M=3)", "table1_fmnist/fedem__m_3", "pflax"),
+        ]) + (Row("FedPAC", ("fedpac_fmnist/both",), FINAL, ("FedPAC", "4", FMNIST20, "FedPAC (ours)", "acc"),
+                  repeat_of="fedpac_table1.md"),), paper_rounds=200),
+    ),
+)
+
+_COLLAB_METRICS = (("Acc", True, True), ("IPR", False, True), ("RSD", False, False))
+
+
+def _fedcollab(rows: list[tuple[str, str, str, str]]) -> tuple[Section, ...]:
+    """Sections Acc / IPR / RSD from (label, key in results.json "methods", paper table, paper method)."""
+    sections = []
+    for metric, counted, higher in _COLLAB_METRICS:
+        picked = tuple(Row(label, ("fedcollab_fmnist/results.json",), f'methods["{key}"].{metric}',
+                           ("FedCollab", table, "LabelShift_FMNIST", paper_method, metric + "_mean"), kind="fedcollab",
+                           repeat_of=repeat)
+                       for label, key, table, paper_method, repeat in rows if not (metric != "Acc" and key == "Local"))
+        why = {"Acc": "", "IPR": "IPR is a share of clients (steps of 5 points with 20 clients), not an accuracy",
+               "RSD": "RSD is a spread of accuracies, not an accuracy"}[metric]
+        sections.append(Section(metric, picked, paper_rounds=200, counted=counted, why_not=why,
+                                higher_is_better=higher))
+    return tuple(sections)
+
+
+_COLLAB_INTRO = (
+    "Setting (paper Section 5.1): label-shift Fashion-MNIST with 20 clients (10 large, 10 small), the paper's "
+    "3-layer MLP (hidden layers of 200 and 200 units), FedAvg with lr 0.1, batch 32, 1 local epoch inside each coalition for 200 rounds; distances from "
+    "discriminators trained for up to 2000 rounds; the coalition solver with C = 10. Acc is the mean test "
+    "accuracy over clients; IPR the share of clients better off than training alone (Local); RSD the "
+    "relative standard deviation of the clients' accuracies (lower is fairer). The paper reports the mean "
+    "over 5 seeds, ours is one seed. Our 200-round run reuses the distance matrix of an earlier run with "
+    "the same seed and settings (`benchmarks/results/fedcollab_fmnist/rounds40/results.json`).")
+
+FEDCOLLAB_TABLE1 = Page(
+    slug="fedcollab_table1",
+    title="FedCollab, Table 1: label-shift Fashion-MNIST",
+    citation=FEDCOLLAB_CITE + " Table 1 (mean over 5 seeds, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=_COLLAB_INTRO,
+    sections=_fedcollab([("Local", "Local", "1", "Local Train", None),
+                         ("FedAvg", "FedAvg", "1", "FedAvg", None),
+                         ("FedAvg + FedCollab", "FedAvg + FedCollab", "1", "FedAvg+FedCollab", None)]),
+)
+
+FEDCOLLAB_TABLE3 = Page(
+    slug="fedcollab_table3",
+    title="FedCollab, Table 3: ablation on label-shift Fashion-MNIST",
+    citation=FEDCOLLAB_CITE + " Table 3 (mean over 5 seeds, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=_COLLAB_INTRO + (" Ignoring distances sets every off-diagonal distance equal, so which large "
+                           "clients join the small ones is arbitrary (ties)."),
+    sections=_fedcollab([("FedCollab", "FedAvg + FedCollab", "3", "FedCollab", "fedcollab_table1.md"),
+                         ("Ignore quantities", "FedCollab, ignore quantities", "3", "Ignore quantities", None),
+                         ("Ignore distances", "FedCollab, ignore distances", "3", "Ignore distances", None)]),
+)
+
+_DOMAINS = ("mnist", "mnistm", "inverse", "rotated", "noisy")
+
+
+def _fedpick(table: str, rows: list[tuple[str, str, str | None]]) -> tuple[Section, ...]:
+    """Sections MNIST / MNIST-M / mean over our domains from (label, arm, repeat_of)."""
+    def make(domain_index: int | None, paper_setting: str | None):
+        out = []
+        for label, arm, repeat in rows:
+            value = "mean(best_per_domain)" if domain_index is None else f"best_per_domain[{domain_index}]"
+            expect = (("domains", list(_DOMAINS)),)
+            paper = None if paper_setting is None else ("FedPick", table, paper_setting, label, "best_acc_mean")
+            out.append(Row(label, (f"fedpick_domains/{arm}_seed*.json",), value, paper, kind="fedpick",
+                           repeat_of=repeat, expect=expect))
+        return tuple(out)
+
+    return (
+        Section("MNIST", make(0, "Digits5/MNIST"), paper_rounds=300,
+                note="Our `mnist` domain and the paper's MNIST client are both 1000 real MNIST training images "
+                     "(RGB, 32x32), tested on the full MNIST test set."),
+        Section("MNIST-M (our stand-in)", make(1, "Digits5/MNIST-M"), paper_rounds=300, counted=False,
+                why_not="our `mnistm` is built from Fashion-MNIST textures, not the real MNIST-M"),
+        Section("Mean over our five domains", make(None, None), paper_rounds=300, counted=False,
+                why_not="no paper counterpart (the paper's other domains are USPS, SynthDigits and SVHN)",
+                note="mnist, mnistm, inverse, rotated, noisy (`pflax.data.domains`); shown for the ordering of "
+                     "our own runs only."),
+    )
+
+
+_PICK_INTRO = (
+    "Setting (paper Section VII): five clients, one digit domain each, 1000 training images per client, each "
+    "domain's full test set; SGD with lr 0.01, momentum 0.5, batch 64, 1 local epoch (FedRep: 4 head + 1 "
+    "body epochs); FedProx mu = 0.01. The number is the best test accuracy reached during training "
+    "(evaluated every 5 rounds), as in the paper. Deliberate differences, for a 2-core CPU: our offline "
+    "domains (`pflax.data.domains`: mnist, mnistm, inverse, rotated, noisy) instead of Digits-Five, a "
+    "narrower CNN (width 0.125), 30 rounds instead of 300, and 3 seeds (ablations 2) instead of 5. Only "
+    "the MNIST cells compare like with like and enter the scoreboard.")
+
+FEDPICK_TABLE2 = Page(
+    slug="fedpick_table2",
+    title="FedPick, Table II: cross-domain digits",
+    citation=FEDPICK_CITE + " Table II (Digits-Five columns; best test accuracy, mean over 5 seeds, %).",
+    data="offline stand-in domains (MNIST is real MNIST)",
+    intro=_PICK_INTRO,
+    sections=_fedpick("II", [("SingleSet", "single", None), ("FedAvg", "fedavg", None), ("FedProx", "fedprox", None),
+                             ("FedPer", "fedper", None), ("FedRep", "fedrep", None), ("LG-FedAvg", "lg_fedavg", None),
+                             ("FedBN", "fedbn", None), ("FedPick", "fedpick", None)]),
+)
+
+FEDPICK_TABLE4 = Page(
+    slug="fedpick_table4",
+    title="FedPick, Table IV: ablation on cross-domain digits",
+    citation=FEDPICK_CITE + " Table IV (Digits-Five columns; best test accuracy, mean over 5 seeds, %).",
+    data="offline stand-in domains (MNIST is real MNIST)",
+    intro=_PICK_INTRO + " FedPick without PFSM is FedBN.",
+    sections=_fedpick("IV", [("FedPick", "fedpick", "fedpick_table2.md"), ("w/o PFSM", "fedbn", "fedpick_table2.md"),
+                             ("w/o L_lce", "wo_lce", None), ("w/o L_ent", "wo_ent", None),
+                             ("w/o L_dis", "wo_dis", None), ("Soft Mask", "soft_mask", None),
+                             ("Share BN", "share_bn", None), ("Share PFSM", "share_pfsm", None),
+                             ("w/o Ensemble", "wo_ensemble", None)]),
+)
+
+PAGES = (FEDPAC_TABLE1, FEDPAC_TABLE2, FEDPAC_TABLE4, FEDCOLLAB_TABLE1, FEDCOLLAB_TABLE3, FEDPICK_TABLE2,
+         FEDPICK_TABLE4)
+
+
+# --------------------------------------------------------------------------------------------------
+# How each kind of results file is read
+# --------------------------------------------------------------------------------------------------
+
+def _plain_path(value: str) -> bool:
+    return value.startswith(("/", "../", "~"))
+
+
+def _pflax_command(data: dict, path: Path) -> str:
+    """``pflax run`` with the flags recorded in ``args``; data folder as DATA, output as the file's folder."""
+    args = data["args"]
+    skip = {"command", "algorithm", "data_dir", "out", "resume", "quiet", "no_plots", "checkpoint_every"}
+    parts = ["pflax", "run", str(args["algorithm"])]
+    for key, value in args.items():
+        if key in skip or value is None or value is False or value == []:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list):
+            for item in value:
+                parts += [flag, str(item)]
+        else:
+            parts += [flag, str(value)]
+    if "data_dir" in args:
+        parts += ["--data-dir", "DATA"]
+    parts += ["--out", path.parent.relative_to(REPO).as_posix()]
+    return " ".join(shlex.quote(p) if p != "DATA" else p for p in parts)
+
+
+def _recorded_command(data: dict, path: Path) -> str:
+    """The file's own ``command`` field, machine-specific paths replaced by DIR."""
+    return " ".join("DIR" if _plain_path(tok) else tok for tok in data["command"].split())
+
+
+def _fedcollab_command(data: dict, path: Path) -> str:
+    seed = re.search(r"seed (\d+)", data["setting"])
+    cmd = (f"python benchmarks/fedcollab_fmnist.py --rounds {data['fl_rounds']} --disc-rounds {data['disc_max_rounds']}"
+           f" --c {data['C']:g} --restarts {data['restarts']}" + (f" --seed {seed.group(1)}" if seed else ""))
+    reused = data.get("distances", {}).get("reused_from")
+    if reused:
+        cmd += " --distances " + (path.parent / reused).relative_to(REPO).as_posix()
+    return cmd
+
+
+def _fedpick_command(data: dict, path: Path) -> str:
+    rounds = data["eval_rounds"]
+    every = rounds[0] if len(rounds) > 1 else data["rounds"]
+    return (f"python benchmarks/fedpick_domains.py --arms {data['arm']} --seeds {data['seed']} "
+            f"--rounds {data['rounds']} --eval-every {every} --width {data['width']:g}")
+
+
+@dataclass(frozen=True)
+class Kind:
+    rounds: str            # field expression: rounds the file's numbers are after
+    planned: str           # field expression: rounds the run was started for
+    seed: str | None       # field expression of the seed (files of one row must differ in it), or None
+    command: Callable[[dict, Path], str]
+
+
+KINDS = {
+    "pflax": Kind("rounds_completed", "args.rounds", "args.seed", _pflax_command),
+    "fedavg_eval": Kind("personalized_history[-1].round", "personalized_history[-1].round", None, _recorded_command),
+    "fedcollab": Kind("fl_rounds", "fl_rounds", None, _fedcollab_command),
+    "fedpick": Kind("rounds", "rounds", "seed", _fedpick_command),
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Field expressions
+# --------------------------------------------------------------------------------------------------
+
+_STEP = re.compile(r'\.?([A-Za-z_]\w*)|\[(-?\d+)\]|\["([^"]*)"\]|\[(\w+)=(-?\d+)\]')
+
+
+def get_path(data, path: str):
+    """Follow a dotted path with ``[i]``, ``["key"]`` and ``[field=N]`` selectors into ``data``."""
+    pos = 0
+    while pos < len(path):
+        m = _STEP.match(path, pos)
+        if m is None:
+            raise ValueError(f"bad field path {path!r} at {path[pos:]!r}")
+        name, index, key, sel_field, sel_value = m.groups()
+        if name is not None:
+            data = data[name]
+        elif index is not None:
+            data = data[int(index)]
+        elif key is not None:
+            data = data[key]
+        else:
+            matches = [e for e in data if e.get(sel_field) == int(sel_value)]
+            if len(matches) != 1:
+                raise KeyError(f"{len(matches)} elements with {sel_field} = {sel_value} in {path!r}")
+            data = matches[0]
+        pos = m.end()
+    return data
+
+
+def evaluate(expr: str, data) -> float:
+    """Value of a field expression (``[100 * ][mean(]PATH[)]``) on one results file."""
+    scale = 1.0
+    if expr.startswith("100 * "):
+        scale, expr = 100.0, expr[len("100 * "):]
+    if expr.startswith("mean(") and expr.endswith(")"):
+        values = get_path(data, expr[len("mean("):-1])
+        return scale * (sum(values) / len(values))
+    return scale * get_path(data, expr)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading results and paper numbers
+# --------------------------------------------------------------------------------------------------
+
+def paper_numbers(path: Path = PAPER_CSV) -> dict[tuple[str, ...], float]:
+    with path.open(newline="") as f:
+        return {(r["paper"], r["table"], r["setting"], r["method"], r["metric"]): float(r["value"])
+                for r in csv.DictReader(f)}
+
+
+def expand(pattern: str) -> list[Path]:
+    """Files of one row entry: a folder is its results.json plus seed*/results.json, else a glob."""
+    folder = RESULTS / pattern
+    if folder.is_dir():
+        return sorted(p for p in [folder / "results.json", *folder.glob("seed*/results.json")] if p.is_file())
+    return sorted(p for p in RESULTS.glob(pattern) if p.is_file())
+
+
+def expected_files(pattern: str) -> list[str]:
+    """What a row that has not run yet would read (shown on the page)."""
+    if any(c in pattern for c in "*?[") or pattern.endswith(".json"):
+        return [f"benchmarks/results/{pattern}"]
+    return [f"benchmarks/results/{pattern}/results.json"]
+
+
+@dataclass
+class Cell:
+    row: Row
+    ref: str
+    files: list[Path]
+    value_expr: str
+    rounds_expr: str
+    values: list[float] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)
+    planned: list[int] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    paper: float | None = None
+    status: str = ""
+    complete: bool = False
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.values) / len(self.values) if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        return statistics.pstdev(self.values) if len(self.values) > 1 else None
+
+    @property
+    def gap(self) -> float | None:
+        return None if self.mean is None or self.paper is None else self.mean - self.paper
+
+
+def _common_round(section: Section) -> int:
+    common = None
+    for row in section.rows:
+        for pattern in row.files:
+            for path in expand(pattern):
+                rounds = {e["round"] for e in json.loads(path.read_text())["personalized_history"]}
+                common = rounds if common is None else common & rounds
+    if not common:
+        raise SystemExit(f"section {section.title!r}: no round that every run evaluated")
+    return max(common)
+
+
+def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell], int | None]:
+    at = _common_round(section) if section.same_round else None
+    cells = []
+    for row in section.rows:
+        kind = KINDS[row.kind]
+        value_expr = row.value.format(round=at)
+        rounds_expr = (row.rounds or kind.rounds).format(round=at)
+        files = [p for pattern in row.files for p in expand(pattern)]
+        cell = Cell(row, f"s{len(refs) + 1}", files, value_expr, rounds_expr)
+        refs.append(cell)
+        seeds = []
+        for path in files:
+            data = json.loads(path.read_text())
+            for expr, wanted in row.expect:
+                if get_path(data, expr) != wanted:
+                    raise SystemExit(f"{path}: {expr} is {get_path(data, expr)!r}, expected {wanted!r}")
+            cell.values.append(float(evaluate(value_expr, data)))
+            cell.rounds.append(int(evaluate(rounds_expr, data)))
+            cell.planned.append(int(evaluate(kind.planned, data)))
+            cell.commands.append(kind.command(data, path))
+            if kind.seed is not None:
+                seeds.append(get_path(data, kind.seed))
+        if len(set(seeds)) != len(seeds):
+            raise SystemExit(f"row {row.method!r}: two files with the same seed: {[str(p) for p in files]}")
+        if row.paper is not None:
+            if row.paper not in paper:
+                raise SystemExit(f"row {row.method!r}: no paper number {row.paper} in {PAPER_CSV}")
+            cell.paper = paper[row.paper]
+        cell.status, cell.complete = _status(cell, section)
+        cells.append(cell)
+    return cells, at
+
+
+def _status(cell: Cell, section: Section) -> tuple[str, bool]:
+    if not cell.files:
+        return "not run yet", False
+    done, planned = min(cell.rounds), min(cell.planned)
+    if section.same_round:
+        status, complete = f"read at round {done}", False
+    elif any(r < p for r, p in zip(cell.rounds, cell.planned)):
+        status, complete = f"in progress: {done} of {planned} rounds", False
+    elif done < section.paper_rounds:
+        status, complete = f"shorter run: {done} of the paper's {section.paper_rounds} rounds", False
+    else:
+        status, complete = "complete", True
+    if cell.row.repeat_of:
+        status += f"; repeated from {cell.row.repeat_of}"
+    return status, complete
+
+
+# --------------------------------------------------------------------------------------------------
+# Ordering
+# --------------------------------------------------------------------------------------------------
+
+def pair_agreement(cells: list[Cell]) -> tuple[int, int, int, list[tuple[str, str]]]:
+    """(agree, disagree, pairs, flipped) over the pairs of rows whose paper numbers differ: whether ours
+    order the two the same way (a tie in ours is neither)."""
+    agree = disagree = pairs = 0
+    flipped = []
+    for i, a in enumerate(cells):
+        for b in cells[i + 1:]:
+            if a.paper == b.paper:
+                continue
+            pairs += 1
+            sign = (a.paper - b.paper) * (a.mean - b.mean)
+            if sign > 0:
+                agree += 1
+            elif sign < 0:
+                disagree += 1
+                flipped.append((a.row.method, b.row.method))
+    return agree, disagree, pairs, flipped
+
+
+def _agreement(cells: list[Cell]) -> tuple[str, bool, list[tuple[str, str]]]:
+    agree, disagree, pairs, flipped = pair_agreement(cells)
+    ties = pairs - agree - disagree
+    tau = (agree - disagree) / pairs if pairs else 0.0
+    text = (f"{agree} of {pairs} pairs ordered as in the paper" + (f", {ties} tied in ours" if ties else "")
+            + f", Kendall tau = {tau:.2f}")
+    return text, agree == pairs, flipped
+
+
+def ordering_text(cells: list[Cell], section: Section) -> str:
+    """The ordering verdict of a section (README.md, section Ordering, defines it)."""
+    both = [c for c in cells if c.mean is not None and c.paper is not None]
+    if not any(c.paper is not None for c in cells):
+        return "**Ordering:** no paper numbers in this section."
+    if len(both) < 2:
+        return "**Ordering:** fewer than two methods have both numbers; nothing to compare yet."
+    rounds = {r for c in both for r in c.rounds}
+    if section.same_round:
+        compared, scope = both, f"all {len(both)} methods, at the same round"
+    elif len(rounds) == 1 and not all(c.complete for c in both):
+        compared = both
+        scope = f"all {len(both)} methods, each after {rounds.pop()} rounds (the paper: {section.paper_rounds})"
+    else:
+        compared = [c for c in both if c.complete]
+        scope = f"the {len(compared)} methods run for the paper's {section.paper_rounds} rounds"
+    lines = []
+    if len(compared) >= 2:
+        text, holds, flipped = _agreement(compared)
+        pick = max if section.higher_is_better else min
+        best_paper = pick(compared, key=lambda c: c.paper).row.method
+        best_ours = pick(compared, key=lambda c: c.mean).row.method
+        lines.append(f"**Ordering over {scope}:** the paper's ordering {'holds' if holds else 'does not hold'} "
+                     f"({text}); the paper's best of these is {best_paper}, ours is {best_ours}.")
+        if flipped:
+            lines.append("Pairs ordered the other way round: " + "; ".join(f"{a} vs {b}" for a, b in flipped) + ".")
+    else:
+        lines.append(f"**Ordering:** fewer than two methods ran for the paper's {section.paper_rounds} rounds; "
+                     "no verdict yet.")
+    if len(compared) < len(both):
+        text, _, _ = _agreement(both)
+        lines.append(f"For information, over all {len(both)} methods, each at its own last round: {text}.")
+    return " ".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------------
+
+def fmt(value: float | None) -> str:
+    return DASH if value is None else f"{value:.2f}"
+
+
+def fmt_ours(cell: Cell) -> str:
+    if cell.mean is None:
+        return DASH
+    return fmt(cell.mean) if cell.std is None else f"{cell.mean:.2f} ± {cell.std:.2f}"
+
+
+def fmt_rounds(cell: Cell, section: Section) -> str:
+    if not cell.rounds:
+        return f"{DASH} / {section.paper_rounds}"
+    lo, hi = min(cell.rounds), max(cell.rounds)
+    return f"{lo if lo == hi else f'{lo}–{hi}'} / {section.paper_rounds}"
+
+
+def counted(cell: Cell, section: Section) -> bool:
+    return section.counted and cell.row.repeat_of is None and cell.gap is not None
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    for row in [header, *rows]:
+        for value in row:
+            if "|" in value or "\n" in value:
+                raise ValueError(f"table cell with '|' or a newline: {value!r}")
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+HOW_TO_READ = (
+    "**ours**: mean over seeds (± population standard deviation when there is more than one seed) of the "
+    "value read from each results file; **paper**: the paper's number "
+    "(`benchmarks/paper/paper_numbers.csv`); **gap** = ours − paper, in points; **rounds**: rounds our "
+    "number is after / rounds of the paper's number; **status**: complete, shorter run (finished, with "
+    "fewer rounds than the paper), in progress (the run itself is not finished), or not run yet; "
+    "**counted**: whether the cell enters the scoreboard (`README.md`); **src**: the row of the Sources "
+    "table below that names the results file(s), the field read, the paper cell and the command.")
+
+GENERATED = ("<!-- generated by benchmarks/results_pages.py from benchmarks/results/ and "
+             "benchmarks/paper/paper_numbers.csv; edit those, not this file -->")
+
+
+@dataclass
+class RenderedPage:
+    page: Page
+    text: str
+    sections: list[tuple[Section, list[Cell]]]
+
+
+def render_page(page: Page, paper: dict) -> RenderedPage:
+    refs: list = []
+    out = [f"# {page.title}", "", GENERATED, "", f"Paper: {page.citation}", "", page.intro, "", HOW_TO_READ]
+    sections = []
+    for section in page.sections:
+        cells, at = read_section(section, paper, refs)
+        sections.append((section, cells))
+        title = section.title + (f" (round {at})" if at is not None else "")
+        out += ["", f"## {title}", ""]
+        if section.note:
+            out += [section.note, ""]
+        if not section.counted:
+            out += [f"Not counted in the scoreboard: {section.why_not}.", ""]
+        rows = []
+        for c in cells:
+            gap = DASH if c.gap is None else f"{c.gap:+.2f}"
+            rows.append([c.row.method, fmt_ours(c), fmt(c.paper), gap, fmt_rounds(c, section),
+                         str(len(c.files)), c.status, "yes" if counted(c, section) else "no", c.ref])
+        out += table(["method", "ours", "paper", "gap", "rounds", "seeds", "status", "counted", "src"], rows)
+        out += ["", ordering_text(cells, section)]
+    out += ["", "## Sources", "",
+            "Files are relative to the repository root. Commands are rebuilt from what each results file "
+            "recorded (for `pflax run`: its `args`, with `DATA` for the datasets folder and `--out` the folder "
+            "the file is committed in); `DIR` stands for a machine-specific path in a recorded command.", ""]
+    rows = []
+    for c in refs:
+        files = c.files and [p.relative_to(REPO).as_posix() for p in c.files] or \
+            [f for pattern in c.row.files for f in expected_files(pattern)]
+        paper_row = DASH if c.row.paper is None else " · ".join(c.row.paper)
+        commands = "<br>".join(f"`{cmd}`" for cmd in c.commands) or DASH
+        rows.append([c.ref, "<br>".join(f"`{f}`" for f in files), f"`{c.value_expr}`", f"`{c.rounds_expr}`",
+                     paper_row, commands])
+    out += table(["src", "results file(s)", "value read", "rounds read", "paper row", "command(s)"], rows)
+    return RenderedPage(page, "\n".join(out) + "\n", sections)
+
+
+def score(rendered: RenderedPage) -> dict[str, int]:
+    s = {"cells": 0, "complete": 0}
+    for t in THRESHOLDS:
+        s[f"within {t}"] = s[f"complete within {t}"] = 0
+    for section, cells in rendered.sections:
+        for c in cells:
+            if not counted(c, section):
+                continue
+            s["cells"] += 1
+            s["complete"] += c.complete
+            for t in THRESHOLDS:
+                # judged on the gap as printed (2 decimals), so the page and the count agree
+                hit = abs(round(c.gap, 2)) <= t
+                s[f"within {t}"] += hit
+                s[f"complete within {t}"] += hit and c.complete
+    return s
+
+
+def render_readme(rendered: list[RenderedPage]) -> str:
+    keys = ["cells", *(f"within {t}" for t in THRESHOLDS), "complete",
+            *(f"complete within {t}" for t in THRESHOLDS)]
+    header = ["page", "our data", "cells", "within 1.0", "within 1.5", "complete runs", "complete, within 1.0",
+              "complete, within 1.5"]
+    rows, total = [], dict.fromkeys(keys, 0)
+    for r in rendered:
+        s = score(r)
+        for k in keys:
+            total[k] += s[k]
+        rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", r.page.data, *(str(s[k]) for k in keys)])
+    rows.append(["**all pages**", "", *(str(total[k]) for k in keys)])
+    out = [
+        "# Results beside the papers", "", GENERATED, "",
+        "One page per paper table. Every number on them is read from a committed results file under "
+        "`benchmarks/results/` or from `benchmarks/paper/paper_numbers.csv`, by "
+        "`python benchmarks/results_pages.py`; `tests/test_results_pages.py` re-reads each one.", "",
+        "## Scoreboard", "",
+        "A cell is one method's number in one counted section of a page (accuracy only; IPR and RSD, the "
+        "stand-in domains and cells repeated from another page are shown but not counted). "
+        "**within 1.0** / **within 1.5**: |ours − paper| ≤ 1.0 / 1.5 points, on the gap as printed. "
+        "**complete runs**: cells whose runs went as many rounds as the paper's; the others (shorter runs, "
+        "runs in progress) are provisional. Methods not run yet have no cell.", "",
+    ]
+    out += table(header, rows)
+    out += ["", "## Pages", ""]
+    for r in rendered:
+        out.append(f"- [{r.page.title}]({r.page.slug}.md)")
+    out += ["", "## Adding results", "",
+            "`python benchmarks/results_pages.py` rewrites these pages; `--check` only compares. A new seed of "
+            "a `pflax run` cell goes in `<cell folder>/seed<N>/results.json` (for the FedPick benchmark: "
+            "`<arm>_seed<N>.json`) and is averaged in on the next run of the script; a new method or table is "
+            "one `Row` or `Page` entry in the script's `PAGES`. Paper numbers come from "
+            "`benchmarks/paper/paper_numbers.csv`, each row citing its paper table."]
+    out += ["", "## Ordering", "",
+            "Each section says whether the paper's ordering of methods holds: over every pair of methods whose "
+            "paper numbers differ, whether ours put the two in the same order (ties in ours count as "
+            "neither). The ordering holds when every pair agrees; Kendall tau = (agreeing − disagreeing) / "
+            "pairs. Only methods run for the paper's number of rounds are compared; when every method of a "
+            "section is read after the same number of rounds (a section read at one round, or a shortened "
+            "protocol run alike for all), all of them are. Otherwise the count over all methods, each at its "
+            "own last round, is given for information only. The best method is named among those compared."]
+    return "\n".join(out) + "\n"
+
+
+def render_all() -> dict[str, str]:
+    """``{file name under docs/results: text}`` for every page and the README."""
+    paper = paper_numbers()
+    rendered = [render_page(page, paper) for page in PAGES]
+    pages = {f"{r.page.slug}.md": r.text for r in rendered}
+    pages["README.md"] = render_readme(rendered)
+    return pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only compare with the committed pages")
+    args = parser.parse_args(argv)
+    pages = render_all()
+    if args.check:
+        stale = sorted(name for name, text in pages.items()
+                       if not (DOCS / name).exists() or (DOCS / name).read_text() != text)
+        extra = sorted(p.name for p in DOCS.glob("*.md") if p.name not in pages)
+        for name in stale:
+            print(f"docs/results/{name} differs from what benchmarks/results_pages.py generates")
+        for name in extra:
+            print(f"docs/results/{name} is not generated by benchmarks/results_pages.py")
+        return 1 if stale or extra else 0
+    DOCS.mkdir(parents=True, exist_ok=True)
+    for name, text in pages.items():
+        (DOCS / name).write_text(text)
+    print(f"wrote {len(pages)} pages to {DOCS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,830 @@
+"""The experiment loop, and run files that describe an experiment completely.
+
+Every caller trains through :func:`loop`: the CLI, the benchmark scripts, FedCollab's coalitions and the
+notebooks. One round of the loop is
+
+    sample participants -> round -> (every ``eval_every`` rounds) evaluate every client -> log -> hooks
+
+and the hooks of :func:`run` add checkpoints, results files and plots. A run is described by a
+:class:`RunSpec`, which reads from and writes to a TOML run file::
+
+    algorithm = "fedavg"
+    seeds = [0]
+    rounds = 200
+    fraction = 0.1
+    eval_every = 10
+    checkpoint_every = 10
+    execution = "auto"
+
+    [config]            # any field of the algorithm's Config; the rest keep their defaults
+    lr = 0.01
+
+    [data]
+    dataset = "fashion_mnist"
+    data_dir = "~/datasets"
+    train_per_client = 600
+    test_per_client = 600
+
+    [partition]         # pflax.data.federations.PARTITIONS: its name, client count and parameters
+    name = "dirichlet"
+    clients = 100
+    beta = 0.1
+
+    [model]             # cnn (FedPAC's CNN), mlp, or bn_cnn (the FedBN digits CNN, with a width)
+    name = "cnn"
+
+Every results folder holds ``run.toml``, the *resolved* file (every default filled in, the algorithm's
+whole ``Config`` written out), so ``pflax run --config <out>/run.toml`` repeats the run bit for bit.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import dataclasses
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+__all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "make_config", "make_model",
+           "plot_weights", "MODELS"]
+
+MODELS = {
+    "cnn": "FedPAC's CNN (2 conv + 2 dense; the CIFAR variant for 3-channel images)",
+    "mlp": "a 2-hidden-layer MLP (200, 200): fast, for tests and smoke runs",
+    "bn_cnn": "FedBN's digits CNN with BatchNorm ('width' scales its channels); for FedBN and FedPick",
+}
+MAX_CHECKPOINTS_KEPT = 3
+# Spec fields that do not change what is computed: a resumed run may change them.
+NOT_FINGERPRINTED = ("rounds", "eval_every", "checkpoint_every", "execution", "seeds")
+
+
+class RunError(ValueError):
+    """A run that cannot start: an unknown name, a bad value, data that cannot be loaded.
+
+    >>> isinstance(RunError("unknown partition 'zipf'"), ValueError)
+    True
+    """
+
+
+class Diverged(RuntimeError):
+    """A round produced NaN/Inf; the state was kept from before that round.
+
+    >>> Diverged(4).round_index
+    4
+    """
+
+    def __init__(self, round_index: int):
+        super().__init__(f"round {round_index} produced NaN/Inf (diverged); the state was kept at round "
+                         f"{round_index}. Lower the learning rate.")
+        self.round_index = round_index
+
+
+# ----------------------------------------------------------------------------------------- run spec
+def _default_sizes(dataset: str) -> dict:
+    if dataset == "synthetic":
+        return {"clients": 10, "rounds": 15, "train_per_client": 200, "test_per_client": 200}
+    if dataset == "digits":
+        return {"clients": 5, "rounds": 200, "train_per_client": 1000, "test_per_client": 1000}
+    return {"clients": 20, "rounds": 200, "train_per_client": 600, "test_per_client": 600}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """Everything an experiment needs, as a run file holds it (see the module docstring).
+
+    Attributes:
+      algorithm: a name of :data:`pflax.algorithms.REGISTRY`.
+      rounds: communication rounds (None: 15 on ``synthetic``, else 200).
+      fraction: participation fraction per round.
+      seeds: one run per seed (the model's initialisation, client sampling, and the partition's draws).
+      eval_every: evaluate every client's personalized model every k rounds (and after the last).
+      checkpoint_every: checkpoint every k rounds (0: only at the end).
+      execution: how rounds map over clients (:class:`pflax.core.execution.Execution`).
+      config: fields of the algorithm's ``Config``.
+      data: ``dataset``, ``data_dir``, ``train_per_client``, ``test_per_client`` (and ``image_size``, the
+        side of the ``synthetic`` dataset's images).
+      partition: ``name``, ``clients`` and the partition's parameters.
+      model: ``name`` and its parameters (``width`` for ``bn_cnn``, ``hidden`` for ``mlp``).
+
+    >>> spec = RunSpec.from_toml('algorithm = "ditto"\\n[config]\\nprox_mu = 0.5\\n').resolved()
+    >>> spec.rounds, spec.partition["clients"], spec.config["prox_mu"], spec.model["name"]
+    (15, 10, 0.5, 'cnn')
+    """
+
+    algorithm: str = "fedpac"
+    rounds: Optional[int] = None
+    fraction: float = 1.0
+    seeds: tuple = (0,)
+    eval_every: int = 10
+    checkpoint_every: int = 10
+    execution: str = "auto"
+    config: dict = dataclasses.field(default_factory=dict)
+    data: dict = dataclasses.field(default_factory=dict)
+    partition: dict = dataclasses.field(default_factory=dict)
+    model: dict = dataclasses.field(default_factory=dict)
+
+    # -- reading and writing
+    @classmethod
+    def from_dict(cls, table: dict) -> "RunSpec":
+        """A spec from a parsed run file; unknown top-level keys are refused.
+
+        Args:
+          table: the run file as a dict (``tomllib.loads``'s result).
+
+        Returns:
+          The :class:`RunSpec` (not yet resolved).
+
+        >>> RunSpec.from_dict({"algorithm": "fedavg", "seed": 3}).seeds
+        (3,)
+        """
+        table = copy.deepcopy(table)
+        if "seed" in table:  # a single seed may be written as `seed = k`
+            if "seeds" in table:
+                raise RunError("give either seed or seeds, not both")
+            table["seeds"] = [table.pop("seed")]
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(table) - names)
+        if unknown:
+            raise RunError(f"unknown run-file key(s) {', '.join(unknown)}; allowed: seed, {', '.join(sorted(names))}")
+        for name in ("config", "data", "partition", "model"):
+            if not isinstance(table.get(name, {}), dict):
+                raise RunError(f"[{name}] must be a table")
+        seeds = table.get("seeds", (0,))
+        if isinstance(seeds, int) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+            raise RunError(f"seeds must be a non-empty list of integers, got {seeds!r}")
+        table["seeds"] = tuple(seeds)
+        return cls(**table)
+
+    @classmethod
+    def from_toml(cls, text: str) -> "RunSpec":
+        """A spec from run-file text (TOML).
+
+        Args:
+          text: the file's content.
+
+        Returns:
+          The :class:`RunSpec`; TOML syntax errors raise :class:`RunError` with the line.
+
+        >>> RunSpec.from_toml('rounds = 3').rounds
+        3
+        """
+        try:
+            return cls.from_dict(tomllib.loads(text))
+        except tomllib.TOMLDecodeError as err:
+            raise RunError(f"run file is not valid TOML: {err}") from None
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "RunSpec":
+        """A spec from a run file.
+
+        Args:
+          path: the ``.toml`` file.
+
+        Returns:
+          The :class:`RunSpec`.
+
+        >>> RunSpec.from_file("/no/such/run.toml")
+        Traceback (most recent call last):
+          ...
+        pflax.experiment.RunError: run file '/no/such/run.toml' does not exist
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise RunError(f"run file {str(path)!r} does not exist")
+        try:
+            return cls.from_toml(path.read_text())
+        except RunError as err:
+            raise RunError(f"{path}: {err}") from None
+
+    def to_dict(self) -> dict:
+        """The spec as plain data (lists, not tuples; no ``None``, which TOML cannot hold).
+
+        Returns:
+          A dict that :meth:`from_dict` reads back.
+
+        >>> RunSpec(rounds=2).to_dict()["seeds"]
+        [0]
+        """
+        return _plain(dataclasses.asdict(self))
+
+    def to_toml(self) -> str:
+        """The run file's text.
+
+        Returns:
+          TOML that :meth:`from_toml` reads back to an equal spec.
+
+        >>> spec = RunSpec(rounds=2, config={"lr": 0.1})
+        >>> RunSpec.from_toml(spec.to_toml()) == spec
+        True
+        """
+        import tomli_w
+
+        return tomli_w.dumps(self.to_dict())
+
+    # -- defaults
+    def resolved(self) -> "RunSpec":
+        """Every default filled in: sizes from the dataset, the model for the algorithm's backbone, and
+        the algorithm's whole ``Config`` (unknown or ill-typed fields raise :class:`RunError`).
+
+        Returns:
+          A new spec; resolving it again changes nothing.
+
+        >>> RunSpec(algorithm="fedavg").resolved().config["local_epochs"]
+        5
+        """
+        from .algorithms import REGISTRY
+        from .data.federations import PARTITIONS
+
+        if self.algorithm not in REGISTRY:
+            raise RunError(f"unknown algorithm {self.algorithm!r}; `pflax list` shows them")
+        algorithm = REGISTRY[self.algorithm]
+        data = {"dataset": "synthetic", **self.data}
+        unknown = sorted(set(data) - {"dataset", "data_dir", "train_per_client", "test_per_client", "image_size"})
+        if unknown:
+            raise RunError(f"unknown [data] key(s) {', '.join(unknown)}; allowed: dataset, data_dir, "
+                           "train_per_client, test_per_client, image_size (synthetic only)")
+        sizes = _default_sizes(data["dataset"])
+        for name in ("train_per_client", "test_per_client"):
+            data.setdefault(name, sizes[name])
+        partition = {"name": "domains" if data["dataset"] == "digits" else "fedpac", **self.partition}
+        if partition["name"] not in PARTITIONS:
+            raise RunError(f"unknown partition {partition['name']!r}; choose from {', '.join(PARTITIONS)}")
+        partition.setdefault("clients", sizes["clients"])
+        params = {k: v for k, v in partition.items() if k not in ("name", "clients")}
+        defaults = PARTITIONS[partition["name"]].params
+        unknown = sorted(set(params) - set(defaults))
+        if unknown:
+            raise RunError(f"partition {partition['name']!r} has no parameter {', '.join(unknown)} "
+                           f"(it takes: {', '.join(defaults) or 'none'})")
+        partition = {"name": partition["name"], "clients": partition["clients"], **defaults, **params}
+        model = {"name": "bn_cnn" if algorithm.backbone == "bn" else "cnn", **self.model}
+        if model["name"] not in MODELS:
+            raise RunError(f"unknown model {model['name']!r}; choose from {', '.join(MODELS)}")
+        if model["name"] == "bn_cnn":
+            model.setdefault("width", 1.0)
+        if (model["name"] == "bn_cnn") != (algorithm.backbone == "bn"):
+            need = "bn_cnn (BatchNorm)" if algorithm.backbone == "bn" else "cnn or mlp"
+            raise RunError(f"{self.algorithm} needs model {need}, not {model['name']!r}")
+        config = _plain(_config_fields(make_config(self.algorithm, self.config, self.execution)))
+        return dataclasses.replace(
+            self, rounds=sizes["rounds"] if self.rounds is None else self.rounds, config=config, data=data,
+            partition=partition, model=model)
+
+    def check(self) -> None:
+        """Refuse values no run can use (:class:`RunError`, naming the field).
+
+        >>> RunSpec(fraction=0).check()
+        Traceback (most recent call last):
+          ...
+        pflax.experiment.RunError: fraction must be in (0, 1], got 0
+        """
+        from .core.execution import Execution
+
+        for name in ("rounds", "eval_every"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise RunError(f"{name} must be >= 1, got {value}")
+        if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
+            raise RunError(f"checkpoint_every must be >= 0 (0: only at the end), got {self.checkpoint_every}")
+        if not 0.0 < self.fraction <= 1.0:
+            raise RunError(f"fraction must be in (0, 1], got {self.fraction}")
+        try:
+            Execution(self.execution)
+        except ValueError as err:
+            raise RunError(f"execution: {err}") from None
+        for name in ("clients",):
+            value = self.partition.get(name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise RunError(f"{name} must be >= 1, got {value}")
+        for name in ("train_per_client", "test_per_client"):
+            value = self.data.get(name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise RunError(f"{name} must be >= 1, got {value}")
+        s = self.partition.get("s")
+        if s is not None and not 0.0 <= s <= 1.0:
+            raise RunError(f"s must be in [0, 1], got {s}")
+
+    def fingerprint(self, seed: int) -> dict:
+        """What a resumed run must share with the checkpoint it resumes (everything that changes the
+        computation; ``rounds``, evaluation, checkpoint and execution settings may differ)."""
+        out = {k: v for k, v in self.to_dict().items() if k not in NOT_FINGERPRINTED}
+        out["data"] = {k: v for k, v in out["data"].items() if k != "data_dir"}
+        out["seed"] = seed
+        return out
+
+
+def _plain(value):
+    """Tuples to lists, dataclasses to dicts, ``None`` entries dropped: what TOML and JSON hold."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _config_fields(config) -> dict:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "execution"}
+
+
+def _coerce_field(name: str, default, value):
+    """``value`` (from TOML or ``--set``) as the type of the field's default."""
+    if dataclasses.is_dataclass(default):
+        if isinstance(value, dict):
+            fields = {f.name: getattr(default, f.name) for f in dataclasses.fields(default)}
+            unknown = sorted(set(value) - set(fields))
+            if unknown:
+                raise RunError(f"{name}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(fields)}")
+            return dataclasses.replace(default, **{k: _coerce_field(f"{name}.{k}", fields[k], v)
+                                                   for k, v in value.items()})
+        raise RunError(f"{name} must be a table of {', '.join(f.name for f in dataclasses.fields(default))}")
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise RunError(f"{name} must be true or false, got {value!r}")
+        return value
+    if isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, list):
+        return tuple(_coerce_field(name, None, v) for v in value)
+    if default is None or isinstance(default, (str, tuple)) and isinstance(value, str):
+        return value
+    if isinstance(default, tuple) and isinstance(value, tuple):
+        return value
+    raise RunError(f"{name} must be a {type(default).__name__}, got {value!r}")
+
+
+def make_config(algorithm: str, fields: dict, execution: str = "auto"):
+    """The algorithm's ``Config`` from run-file values: unknown fields and wrong types are refused by name.
+
+    Args:
+      algorithm: a registry name.
+      fields: ``Config`` field -> value (TOML types; lists become tuples, tables nested dataclasses).
+      execution: the :class:`pflax.core.execution.Execution` strategy name.
+
+    Returns:
+      ``REGISTRY[algorithm].Config(...)``.
+
+    >>> make_config("fedprox", {"prox_mu": 0.1}).prox_mu
+    0.1
+    >>> make_config("fedprox", {"mu": 0.1})
+    Traceback (most recent call last):
+      ...
+    pflax.experiment.RunError: fedprox has no config field 'mu'; its fields: alternating, averaged, ...
+    """
+    from .algorithms import REGISTRY
+    from .core.execution import Execution
+
+    config_cls = REGISTRY[algorithm].Config
+    defaults = config_cls()
+    names = {f.name for f in dataclasses.fields(config_cls)} - {"execution"}
+    values = {}
+    for name, value in fields.items():
+        if name not in names:
+            raise RunError(f"{algorithm} has no config field {name!r}; its fields: {', '.join(sorted(names))}")
+        values[name] = _coerce_field(name, getattr(defaults, name), value)
+    try:
+        return config_cls(**values, execution=Execution(execution))
+    except (TypeError, ValueError) as err:
+        raise RunError(str(err)) from None
+
+
+def make_model(spec: dict, sample_shape: tuple, num_classes: int):
+    """The model a run file's ``[model]`` table names.
+
+    Args:
+      spec: ``{"name": "cnn" | "mlp" | "bn_cnn", ...}`` (``width`` for ``bn_cnn``, ``hidden`` for ``mlp``).
+      sample_shape: one sample's shape ``(H, W, C)``.
+      num_classes: the output size.
+
+    Returns:
+      A :class:`pflax.models.SplitModel` or :class:`pflax.models.bn.BNModel`.
+
+    >>> type(make_model({"name": "mlp", "hidden": [16]}, (8, 8, 1), 10)).__name__
+    'SplitModel'
+    """
+    from .models import fedpac_cnn, mlp
+
+    name = spec["name"]
+    params = {k: v for k, v in spec.items() if k != "name"}
+    allowed = {"cnn": set(), "mlp": {"hidden"}, "bn_cnn": {"width"}}[name]
+    if set(params) - allowed:
+        raise RunError(f"model {name!r} takes {', '.join(sorted(allowed)) or 'no parameters'}, "
+                       f"got {', '.join(sorted(set(params) - allowed))}")
+    if name == "mlp":
+        return mlp(num_classes, **({"hidden": tuple(params["hidden"])} if "hidden" in params else {}))
+    if name == "bn_cnn":
+        from .models.bn import digits_cnn
+
+        side = sample_shape[0]
+        if side % 4:
+            raise RunError(f"bn_cnn needs a side that is a multiple of 4, the images are {side} x {side}")
+        return digits_cnn(num_classes, width=float(params.get("width", 1.0)), image_size=side)
+    return fedpac_cnn("cifar10" if sample_shape[-1] == 3 else "fmnist", num_classes)
+
+
+# ------------------------------------------------------------------------------------- the loop
+@dataclasses.dataclass
+class Record:
+    """What a run has produced so far; plain data, so it travels in checkpoints and results files.
+
+    Attributes:
+      history: one row per round: ``round``, ``participants``, ``seconds``, the participants' mean of
+        every per-client metric, and ``accuracy`` (mean personalized test accuracy over all clients, %)
+        on evaluation rounds.
+      evaluations: ``{"round", "accuracy": [per client, 0..1]}`` at every evaluation.
+      resumed_at: rounds at which the run was resumed.
+      last_round: the last round's matrix-shaped metrics (e.g. FedPAC's combination weights) and its
+        participants' ids.
+
+    >>> Record().rounds_done
+    0
+    """
+
+    history: list = dataclasses.field(default_factory=list)
+    evaluations: list = dataclasses.field(default_factory=list)
+    resumed_at: list = dataclasses.field(default_factory=list)
+    last_round: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def rounds_done(self) -> int:
+        return len(self.history)
+
+    @property
+    def round_times(self) -> list:
+        return [row["seconds"] for row in self.history]
+
+
+def _row_metrics(metrics: dict) -> tuple[dict, dict]:
+    """Per-round scalars (participants' means) and the matrix-shaped metrics kept for plots."""
+    scalars, matrices = {}, {}
+    for name, value in metrics.items():
+        if name in ("client_ids", "nonfinite"):
+            continue
+        value = np.asarray(value)
+        if not np.issubdtype(value.dtype, np.number):
+            continue
+        if value.ndim <= 1:
+            scalars[name] = float(np.mean(value)) if value.size else float("nan")
+        else:
+            matrices[name] = value.tolist()
+    if matrices:
+        matrices["client_ids"] = np.asarray(metrics["client_ids"]).tolist()
+    return scalars, matrices
+
+
+def loop(algorithm, state, train, test, rounds: int, *, fraction: float = 1.0, eval_every: int = 0,
+         record: Record | None = None, after_round: Callable | None = None, progress: bool | str = False,
+         on_nonfinite: str = "raise"):
+    """Train ``rounds`` rounds: sample, round, evaluate every ``eval_every`` rounds and after the last.
+
+    Args:
+      algorithm: a registry entry (:class:`pflax.core.federated.Algorithm`) or its module.
+      state: the algorithm's state; training continues from ``record.rounds_done``.
+      train, test: the federation's splits (:class:`pflax.data.ClientData`, all clients).
+      rounds: the round to stop after (counting the rounds ``record`` already holds).
+      fraction: participation fraction; all clients take part at 1.0.
+      eval_every: evaluate every k rounds and after the last (0: only after the last).
+      record: the :class:`Record` to continue (a resumed run's); a new one by default.
+      after_round: ``after_round(state, record, evaluated)``, called after every round (checkpoints,
+        results files).
+      progress: show a progress bar (a string is its label).
+      on_nonfinite: ``"raise"`` (:class:`Diverged`) or ``"continue"`` when a round produces NaN/Inf
+        (the round's update is refused either way).
+
+    Returns:
+      ``(state, record)``.
+
+    >>> import jax
+    >>> from pflax import fedavg
+    >>> from pflax.data import toy_federation
+    >>> from pflax.models import mlp
+    >>> train, test = toy_federation()
+    >>> state = fedavg.init(jax.random.PRNGKey(0), mlp(10, hidden=(8,)), train.x[0], 2, fedavg.Config(local_epochs=1))
+    >>> state, record = loop(fedavg, state, train, test, rounds=2, eval_every=1)
+    >>> [e["round"] for e in record.evaluations], {"round", "loss", "accuracy", "seconds"} <= set(record.history[-1])
+    ([1, 2], True)
+    """
+    import jax
+
+    from .core.federated import sample_clients
+
+    algorithm = getattr(algorithm, "ALGORITHM", algorithm)
+    if on_nonfinite not in ("raise", "continue"):
+        raise ValueError(f"on_nonfinite must be 'raise' or 'continue', got {on_nonfinite!r}")
+    record = Record() if record is None else record
+    bar = None
+    if progress and rounds > record.rounds_done:
+        from tqdm.auto import tqdm
+
+        label = progress if isinstance(progress, str) else algorithm.name
+        bar = tqdm(total=rounds, initial=record.rounds_done, desc=label, unit="round", file=sys.stderr)
+    try:
+        for r in range(record.rounds_done, rounds):
+            t0 = time.time()
+            ids = sample_clients(state, fraction)
+            batch = train if len(ids) == train.num_clients else train.take(ids)
+            state, metrics = algorithm.round(state, batch)
+            metrics = jax.device_get(metrics)
+            if bool(np.any(metrics.get("nonfinite", False))) and on_nonfinite == "raise":
+                raise Diverged(r)
+            scalars, matrices = _row_metrics(metrics)
+            row = {"round": r + 1, "participants": int(len(ids)), **scalars}
+            evaluated = (eval_every and (r + 1) % eval_every == 0) or r + 1 == rounds
+            if evaluated:
+                accuracy = np.asarray(jax.device_get(algorithm.evaluate(state, test, train)["accuracy"]))
+                row["accuracy"] = float(accuracy.mean() * 100)
+                record.evaluations.append({"round": r + 1, "accuracy": accuracy.tolist()})
+            row["seconds"] = time.time() - t0
+            record.history.append(row)
+            if matrices:
+                record.last_round = matrices
+            if after_round is not None:
+                after_round(state, record, bool(evaluated))
+            if bar is not None:
+                shown = {k: f"{row[k]:.3g}" for k in ("loss", "accuracy") if k in row}
+                bar.set_postfix(**shown, s=f"{row['seconds']:.1f}")
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return state, record
+
+
+# ------------------------------------------------------------------------------ files and plots
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write through a temporary file and a rename, so a killed run never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _remove_stale_temp_files(out: Path) -> None:
+    if out.is_dir():
+        for leftover in out.glob(".*.*"):
+            if leftover.is_file() and leftover.name.split(".")[1] in ("results", "rounds", "accuracy", "weights", "run"):
+                leftover.unlink()
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _plot_accuracy(record: Record, title: str) -> bytes:
+    """Mean personalized accuracy over rounds, beside the last evaluation's per-client histogram."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (curve, spread) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+    rounds = [e["round"] for e in record.evaluations]
+    curve.plot(rounds, [100 * np.mean(e["accuracy"]) for e in record.evaluations], marker=".")
+    curve.set_xlabel("round")
+    curve.set_ylabel("mean personalized test accuracy (%)")
+    curve.set_title(title)
+    curve.grid(alpha=0.3)
+    last = 100 * np.asarray(record.evaluations[-1]["accuracy"])
+    spread.hist(last, bins=min(20, max(5, last.size // 2)), color="tab:green", alpha=0.8)
+    spread.set_xlabel(f"client accuracy at round {rounds[-1]} (%)")
+    spread.set_ylabel("clients")
+    spread.grid(alpha=0.3)
+    return _png(fig)
+
+
+def plot_weights(weights: np.ndarray, client_ids: np.ndarray, num_groups: int, title: str) -> bytes:
+    """A heatmap of combination weights, clients ordered by group (``id mod num_groups``), as FedPAC's Fig. 2-3.
+
+    Args:
+      weights: ``[m, m]`` combination weights, row ``i`` for target client ``i``.
+      client_ids: ``[m]`` the clients' ids.
+      num_groups: the number of client groups.
+      title: the figure title.
+
+    Returns:
+      The PNG file's bytes.
+
+    >>> plot_weights(np.eye(2), np.array([0, 1]), 2, "demo")[:4]
+    b'\\x89PNG'
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    order = sorted(range(len(client_ids)), key=lambda j: (client_ids[j] % max(num_groups, 1), client_ids[j]))
+    w = np.asarray(weights)[np.ix_(order, order)]
+    labels = [str(int(client_ids[j])) for j in order]
+    fig, ax = plt.subplots(figsize=(6.2, 5.2))
+    im = ax.imshow(w, cmap="viridis", vmin=0.0)
+    ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=90)
+    ax.set_yticks(range(len(labels)), labels, fontsize=6)
+    ax.set_xlabel("source client j (ordered by group)")
+    ax.set_ylabel("target client i")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    return _png(fig)
+
+
+# -------------------------------------------------------------------------------------- run
+def _jax_info() -> dict:
+    import jax
+
+    return {"version": jax.__version__, "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
+
+
+def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress: bool = True, plots: bool = True,
+        command: str | None = None) -> dict:
+    """Run one seed of a run file end to end: data, model, training, evaluation, checkpoints and results.
+
+    Writes into ``out``: ``run.toml`` (the resolved spec), ``results.json``, ``rounds.csv``,
+    ``accuracy.png`` (and ``weights.png`` for FedPAC's combination weights), and ``checkpoints/``
+    every ``checkpoint_every`` rounds and at the end. Results files are rewritten at every
+    evaluation, atomically, so an interrupted run leaves complete files for what it finished.
+
+    Args:
+      spec: the run (its ``seeds`` must hold exactly one seed; :func:`run_all` runs several).
+      out: the results folder.
+      resume: continue from the latest checkpoint in ``out`` (bit-identical to an uninterrupted run;
+        refused when the checkpoint's run differs in anything that changes the computation).
+        Without it, a fresh run replaces old checkpoints in ``out``.
+      progress: show a progress bar.
+      plots: write the PNG plots.
+      command: the command line that started the run, recorded in ``results.json``.
+
+    Returns:
+      The content of ``results.json``.
+
+    >>> import tempfile
+    >>> spec = RunSpec("fedavg", rounds=1, config={"local_epochs": 1}, data={"train_per_client": 20,
+    ...                "test_per_client": 20}, partition={"clients": 2}, model={"name": "mlp", "hidden": [8]})
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     result = run(spec, d, progress=False, plots=False)
+    >>> result["status"], result["rounds_completed"], len(result["final_per_client"])
+    ('finished', 1, 2)
+    """
+    import jax
+
+    from . import checkpoint
+    from .algorithms import REGISTRY
+    from .data import DataError
+    from .data.federations import load_federation
+    from .data.partition import dominant_groups
+    from .metrics import summarize
+
+    spec.check()
+    spec = spec.resolved()
+    spec.check()
+    if len(spec.seeds) != 1:
+        raise RunError(f"run() takes one seed, got {list(spec.seeds)}; run_all() runs each")
+    seed = spec.seeds[0]
+    t_start = time.time()
+    algorithm = REGISTRY[spec.algorithm]
+    data = spec.data
+    partition = {k: v for k, v in spec.partition.items() if k not in ("name", "clients")}
+    try:
+        dataset, num_classes, train, test = load_federation(
+            data["dataset"], spec.partition["name"], spec.partition["clients"], data["train_per_client"],
+            data["test_per_client"], seed, data.get("data_dir") and os.path.expanduser(data["data_dir"]),
+            data.get("image_size"), **partition)
+    except (DataError, FileNotFoundError) as err:
+        raise RunError(str(err)) from None
+    model = make_model(spec.model, tuple(train.x.shape[2:]), num_classes)
+    config = make_config(spec.algorithm, spec.config, spec.execution)
+    state = algorithm.init(jax.random.PRNGKey(seed), model, train.x[0], train.num_clients, config)
+    try:
+        algorithm.check_inputs(state, train, test)
+    except DataError as err:
+        raise RunError(str(err)) from None
+
+    out = Path(out)
+    _remove_stale_temp_files(out)
+    checkpoints = out / "checkpoints"
+    fingerprint = spec.fingerprint(seed)
+    record = Record()
+    if resume:
+        try:
+            restored = checkpoint.restore(checkpoints, state, run=fingerprint)
+        except checkpoint.CheckpointError as err:
+            raise RunError(f"cannot resume: {err}") from None
+        if restored.step > spec.rounds:
+            raise RunError(f"cannot resume: the checkpoint is at round {restored.step}, past rounds = {spec.rounds}")
+        state = restored.state
+        record = Record(**{k: restored.extra[k] for k in ("history", "evaluations", "resumed_at", "last_round")})
+        record.resumed_at.append(restored.step)
+    elif checkpoints.exists():
+        import shutil
+
+        shutil.rmtree(checkpoints)
+    _atomic_write(out / "run.toml", spec.to_toml().encode())
+    try:
+        groups = len(dominant_groups(num_classes)) if spec.partition["name"] in ("fedpac", "concept_shift") else 1
+    except ValueError:
+        groups = 1
+
+    def write_results(done: bool) -> dict:
+        final = record.evaluations[-1]["accuracy"]
+        times = record.round_times
+        steady = times[1:] if len(times) > 1 else times
+        result = {
+            "algorithm": spec.algorithm,
+            "dataset": dataset,
+            "status": "finished" if done else f"running ({record.rounds_done}/{spec.rounds} rounds)",
+            "evaluated_model": f"each client's personalized model as pflax.{spec.algorithm}.evaluate defines it"
+            + (" (personalised on its training split at evaluation time)" if algorithm.needs_train else "")
+            + f", after round {record.evaluations[-1]['round']}, on its own test split",
+            "command": command,
+            "run": spec.to_dict(),
+            "seed": seed,
+            "config": _plain(_config_fields(config)),
+            "jax": _jax_info(),
+            "rounds_completed": record.rounds_done,
+            "resumed_at_rounds": record.resumed_at,
+            "final_accuracy": summarize(np.asarray(final), np.asarray(test.sizes)),
+            "final_per_client": final,
+            "history": record.history,
+            "personalized_history": record.evaluations,
+            "last_round": record.last_round,
+            "timing": {"first_round_s_incl_compile": times[0], "mean_round_s_after_first": float(np.mean(steady)),
+                       "median_round_s_after_first": float(np.median(steady)), "total_s": time.time() - t_start},
+        }
+        _atomic_write(out / "results.json", json.dumps(result, indent=1).encode())
+        buf = io.StringIO()
+        fields = list(dict.fromkeys(k for row in record.history for k in row))
+        writer = csv.DictWriter(buf, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(record.history)
+        _atomic_write(out / "rounds.csv", buf.getvalue().encode())
+        if plots:
+            title = f"{spec.algorithm} on {dataset}, {train.num_clients} clients"
+            _atomic_write(out / "accuracy.png", _plot_accuracy(record, title))
+            if "combination_weights" in record.last_round:
+                last = record.last_round
+                _atomic_write(out / "weights.png", plot_weights(
+                    np.asarray(last["combination_weights"]), np.asarray(last["client_ids"]), groups,
+                    f"{spec.algorithm} combination weights, round {record.rounds_done}"))
+        return result
+
+    def after_round(state, record: Record, evaluated: bool) -> None:
+        r = record.rounds_done
+        if evaluated:
+            write_results(done=r == spec.rounds)
+        if r == spec.rounds or (spec.checkpoint_every and r % spec.checkpoint_every == 0):
+            checkpoint.save(checkpoints, state, run=fingerprint, max_to_keep=MAX_CHECKPOINTS_KEPT,
+                            extra=dataclasses.asdict(record))
+
+    if record.rounds_done == spec.rounds and record.evaluations:  # a finished run, resumed: rewrite its files
+        result = write_results(done=True)
+    else:
+        label = f"{spec.algorithm} {dataset}" + (f" seed {seed}" if seed else "")
+        loop(algorithm, state, train, test, spec.rounds, fraction=spec.fraction, eval_every=spec.eval_every,
+             record=record, after_round=after_round, progress=label if progress else False)
+        result = json.loads((out / "results.json").read_text())
+    return result
+
+
+def run_all(spec: RunSpec, out: str | os.PathLike, **options: Any) -> list[dict]:
+    """Every seed of a run file: one seed into ``out``, several into ``out/seed<k>/``.
+
+    Args:
+      spec: the run.
+      out: the results folder.
+      **options: :func:`run`'s keyword options.
+
+    Returns:
+      One ``results.json`` content per seed.
+
+    >>> run_all(RunSpec(seeds=(0, 1), fraction=2.0), "/tmp/never")
+    Traceback (most recent call last):
+      ...
+    pflax.experiment.RunError: fraction must be in (0, 1], got 2.0
+    """
+    spec.check()
+    if len(spec.seeds) == 1:
+        return [run(spec, out, **options)]
+    return [run(dataclasses.replace(spec, seeds=(s,)), Path(out) / f"seed{s}", **options) for s in spec.seeds]

@@ -1,0 +1,252 @@
+"""docs/results/ is what benchmarks/results_pages.py generates, and every number on it traces back.
+
+The tracing does not reuse the generator: it parses the committed markdown, follows each row's
+``src`` to the Sources table (results files, the field expression, the paper row), re-reads those
+files and benchmarks/paper/paper_numbers.csv with its own small reader, and compares with the
+numbers as printed. The README scoreboard is recounted from the pages. No JAX.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs" / "results"
+PAPER_CSV = REPO / "benchmarks" / "paper" / "paper_numbers.csv"
+DASH = "—"
+PAGES = sorted(p.name for p in DOCS.glob("*.md") if p.name != "README.md")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("results_pages", REPO / "benchmarks" / "results_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) the committed pages are exactly what the generator writes
+# ---------------------------------------------------------------------------------------------
+
+def test_committed_pages_equal_the_generated_ones():
+    pages = _generator().render_all()
+    committed = sorted(p.name for p in DOCS.glob("*.md"))
+    assert committed == sorted(pages), "docs/results/ and the generator's pages differ in name"
+    stale = [name for name, text in pages.items() if (DOCS / name).read_text() != text]
+    assert not stale, f"regenerate with `python benchmarks/results_pages.py`: {stale} differ"
+
+
+def test_check_flag_passes_on_the_committed_pages(capsys):
+    assert _generator().main(["--check"]) == 0, capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) every number on the pages traces back to its results file and the paper csv
+# ---------------------------------------------------------------------------------------------
+
+def parse_tables(text: str) -> list[dict]:
+    """Markdown tables as ``{"header": [...], "rows": [{column: cell}]}``."""
+    tables, current = [], None
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if current is None:
+                current = {"header": cells, "rows": []}
+            elif all(c and set(c) <= {"-"} for c in cells):
+                continue
+            else:
+                assert len(cells) == len(current["header"]), f"ragged table row: {line}"
+                current["rows"].append(dict(zip(current["header"], cells)))
+        elif current is not None:
+            tables.append(current)
+            current = None
+    return tables
+
+
+def walk(data, path: str):
+    for token in re.findall(r'\[[^\]]*\]|[^.\[\]]+', path):
+        if token.startswith('["'):
+            data = data[token[2:-2]]
+        elif token.startswith("[") and "=" in token:
+            key, wanted = token[1:-1].split("=")
+            (data,) = [entry for entry in data if entry[key] == int(wanted)]
+        elif token.startswith("["):
+            data = data[int(token[1:-1])]
+        else:
+            data = data[token]
+    return data
+
+
+def read(expr: str, data) -> float:
+    """``[100 * ][mean(]PATH[)]`` on one results file."""
+    m = re.fullmatch(r"(100 \* )?(mean\()?(.+?)(\))?", expr)
+    assert m and bool(m.group(2)) == bool(m.group(4)), f"unreadable field expression {expr!r}"
+    value = walk(data, m.group(3))
+    if m.group(2):
+        value = sum(value) / len(value)
+    return (100.0 if m.group(1) else 1.0) * value
+
+
+def paper_csv() -> dict[tuple[str, ...], float]:
+    with PAPER_CSV.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["source"] for r in rows), "paper_numbers.csv: every row cites its table"
+    return {(r["paper"], r["table"], r["setting"], r["method"], r["metric"]): float(r["value"]) for r in rows}
+
+
+def check_page(text: str, paper: dict) -> tuple[list[str], int]:
+    """(errors, numbers checked) for one page's text."""
+    errors, checked = [], 0
+    tables = parse_tables(text)
+    sources = {r["src"]: r for t in tables if t["header"][0] == "src" for r in t["rows"]}
+    results = [t for t in tables if t["header"][0] == "method"]
+    if not results or not sources:
+        return ["no results table or no Sources table"], 0
+    used = set()
+    for t in results:
+        assert t["header"] == ["method", "ours", "paper", "gap", "rounds", "seeds", "status", "counted", "src"]
+        for row in t["rows"]:
+            where = f"{row['method']} ({row['src']})"
+            src = sources.get(row["src"])
+            if src is None:
+                errors.append(f"{where}: no Sources row")
+                continue
+            used.add(row["src"])
+            files = [REPO / f.strip("`") for f in src["results file(s)"].split("<br>")]
+            value_expr, rounds_expr = src["value read"].strip("`"), src["rounds read"].strip("`")
+            mean = None
+            if row["ours"] == DASH:
+                if row["status"] != "not run yet" or row["seeds"] != "0" or any(f.exists() for f in files):
+                    errors.append(f"{where}: no number printed, but its results file exists or status says otherwise")
+            else:
+                if not all(f.is_file() for f in files):
+                    errors.append(f"{where}: missing results file among {files}")
+                    continue
+                data = [json.loads(f.read_text()) for f in files]
+                values = [float(read(value_expr, d)) for d in data]
+                mean = sum(values) / len(values)
+                ours = f"{mean:.2f}" + (f" ± {statistics.pstdev(values):.2f}" if len(values) > 1 else "")
+                if row["ours"] != ours:
+                    errors.append(f"{where}: ours printed {row['ours']}, its files give {ours}")
+                if row["seeds"] != str(len(files)):
+                    errors.append(f"{where}: seeds printed {row['seeds']}, {len(files)} files")
+                rounds = sorted({int(read(rounds_expr, d)) for d in data})
+                done = str(rounds[0]) if len(rounds) == 1 else f"{rounds[0]}–{rounds[-1]}"
+                if row["rounds"].split(" / ")[0] != done:
+                    errors.append(f"{where}: rounds printed {row['rounds']}, files say {done}")
+                checked += 1
+            value = None
+            if src["paper row"] == DASH:
+                if row["paper"] != DASH:
+                    errors.append(f"{where}: paper number printed without a paper row")
+            else:
+                key = tuple(src["paper row"].split(" · "))
+                if key not in paper:
+                    errors.append(f"{where}: paper row {key} not in paper_numbers.csv")
+                    continue
+                value = paper[key]
+                if row["paper"] != f"{value:.2f}":
+                    errors.append(f"{where}: paper printed {row['paper']}, paper_numbers.csv has {value:.2f}")
+                checked += 1
+            gap = DASH if mean is None or value is None else f"{mean - value:+.2f}"
+            if row["gap"] != gap:
+                errors.append(f"{where}: gap printed {row['gap']}, expected {gap}")
+            if row["counted"] == "yes" and gap == DASH:
+                errors.append(f"{where}: counted without a gap")
+    unused = set(sources) - used
+    if unused:
+        errors.append(f"Sources rows no table refers to: {sorted(unused)}")
+    return errors, checked
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_number_traces_back(name):
+    errors, checked = check_page((DOCS / name).read_text(), paper_csv())
+    assert not errors, f"{name}:\n" + "\n".join(errors)
+    assert checked > 0
+
+
+def test_pages_exist():
+    assert len(PAGES) >= 5
+
+
+def _score(text: str) -> list[int]:
+    """cells, within 1.0, within 1.5, complete, complete within 1.0, complete within 1.5."""
+    counts = [0] * 6
+    for t in parse_tables(text):
+        if t["header"][0] != "method":
+            continue
+        for row in t["rows"]:
+            if row["counted"] != "yes":
+                continue
+            gap, complete = abs(float(row["gap"])), row["status"].startswith("complete")
+            for i, hit in enumerate((True, gap <= 1.0, gap <= 1.5)):
+                counts[i] += hit
+                counts[3 + i] += hit and complete
+    return counts
+
+
+def test_readme_scoreboard_recounts_from_the_pages():
+    (board,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if t["header"][0] == "page"]
+    columns = ["cells", "within 1.0", "within 1.5", "complete runs", "complete, within 1.0", "complete, within 1.5"]
+    total = [0] * 6
+    listed = []
+    for row in board["rows"]:
+        printed = [int(row[c]) for c in columns]
+        if row["page"] == "**all pages**":
+            assert printed == total, "the README's total row"
+            continue
+        name = re.fullmatch(r"\[(.+)\]\((.+)\)", row["page"]).group(2)
+        listed.append(name)
+        counts = _score((DOCS / name).read_text())
+        assert printed == counts, f"README scoreboard row of {name}: {printed} != recount {counts}"
+        total = [a + b for a, b in zip(total, counts)]
+    assert sorted(listed) == PAGES
+
+
+# ---------------------------------------------------------------------------------------------
+# the tracing catches an edited page
+# ---------------------------------------------------------------------------------------------
+
+def _edit_cell(text: str, method: str, column: str, new: str) -> str:
+    """``text`` with one results-table cell replaced (first row whose method matches)."""
+    lines = text.splitlines(keepends=True)
+    header = None
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = line.strip().strip("|").split("|")
+        if header is None:
+            header = [c.strip() for c in cells]
+            continue
+        if header[0] == "method" and cells[0].strip() == method:
+            cells[header.index(column)] = f" {new} "
+            lines[i] = "|" + "|".join(cells) + "|\n"
+            return "".join(lines)
+    raise AssertionError(f"no row {method!r}")
+
+
+@pytest.mark.parametrize("column,new", [("ours", "91.63"), ("paper", "91.84"), ("gap", "-0.20"), ("seeds", "2")])
+def test_an_edited_number_is_caught(column, new):
+    text = (DOCS / "fedpac_table1.md").read_text()
+    edited = _edit_cell(text, "FedPAC", column, new)
+    assert edited != text
+    assert check_page(text, paper_csv())[0] == []
+    assert check_page(edited, paper_csv())[0], f"an edited {column} went unnoticed"
+
+
+def test_a_wrong_field_is_caught():
+    text = (DOCS / "fedpac_table1.md").read_text()
+    edited = text.replace("| s15 | `benchmarks/results/fedpac_fmnist/both/results.json` | `final_accuracy.mean` |",
+                          "| s15 | `benchmarks/results/fedpac_fmnist/both/results.json` | `final_accuracy.worst` |")
+    assert edited != text
+    assert check_page(edited, paper_csv())[0]
