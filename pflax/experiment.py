@@ -109,7 +109,7 @@ class RunSpec:
       checkpoint_every: checkpoint every k rounds (0: only at the end).
       execution: how rounds map over clients (:class:`pflax.core.execution.Execution`).
       config: fields of the algorithm's ``Config``.
-      data: ``dataset``, ``data_dir``, ``train_per_client``, ``test_per_client`` (and ``image_size``, the
+      data: ``dataset``, ``data_dir`` (``~`` and ``${VARIABLE}`` are expanded), ``train_per_client``, ``test_per_client`` (and ``image_size``, the
         side of the ``synthetic`` dataset's images).
       partition: ``name``, ``clients`` and the partition's parameters.
       model: ``name`` and its parameters (``width`` for ``bn_cnn``, ``hidden`` for ``mlp``).
@@ -652,6 +652,16 @@ def plot_weights(weights: np.ndarray, client_ids: np.ndarray, num_groups: int, t
 
 
 # -------------------------------------------------------------------------------------- run
+def _data_dir(text: str | None) -> str | None:
+    """A run file's ``data_dir`` with ``~`` and ``${VARIABLE}`` expanded (an unset variable is an error)."""
+    if text is None:
+        return None
+    expanded = os.path.expanduser(os.path.expandvars(text))
+    if "$" in expanded:
+        raise RunError(f"data_dir {text!r} names an environment variable that is not set")
+    return expanded
+
+
 def _jax_info() -> dict:
     import jax
 
@@ -710,7 +720,7 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     try:
         dataset, num_classes, train, test = load_federation(
             data["dataset"], spec.partition["name"], spec.partition["clients"], data["train_per_client"],
-            data["test_per_client"], seed, data.get("data_dir") and os.path.expanduser(data["data_dir"]),
+            data["test_per_client"], seed, _data_dir(data.get("data_dir")),
             data.get("image_size"), **partition)
     except (DataError, FileNotFoundError) as err:
         raise RunError(str(err)) from None
