@@ -16,8 +16,8 @@ configuration of their own direct runs, and evaluates them on the same federatio
 ``table1_fmnist/<method>/from_fedavg.json``: the per-client accuracies at each step, how they were
 obtained, and, with ``--verify-checkpoints``, the comparison with the direct run at a round both have
 (the direct run's accuracies must be reproduced to float round-off, else the script fails).
-``fedpac_table1_fmnist.py --table-only`` then reports a method at the later of its direct run and
-this evaluation, saying which.
+``benchmarks/results_pages.py`` then reports a method at the later of its direct run and this
+evaluation, saying which.
 """
 from __future__ import annotations
 
@@ -44,30 +44,53 @@ def run_args(folder: str, data_dir: str) -> argparse.Namespace:
     return argparse.Namespace(**{**recorded, "data_dir": data_dir})
 
 
+OLD_CLI_NOT_FINGERPRINTED = (
+    "command", "rounds", "eval_every", "checkpoint_every", "resume", "out", "quiet", "no_plots", "execution", "data_dir",
+)
+
+
+def recorded_config(name: str, args: argparse.Namespace):
+    """The ``Config`` the earlier CLI built from its flags: the shared SGD flags the Config has, then ``--set``."""
+    import dataclasses
+
+    from pflax.algorithms import REGISTRY
+    from pflax.cli import parse_set
+    from pflax.experiment import make_config
+
+    fields = {f.name for f in dataclasses.fields(REGISTRY[name].Config)}
+    common = {k: getattr(args, k) for k in ("lr", "momentum", "weight_decay", "batch_size", "local_epochs") if k in fields}
+    return make_config(name, {**common, **parse_set(args.set)}, args.execution)
+
+
 def load_setting(data_dir: str) -> dict:
     """Everything the evaluations share: the FedAvg run's federation, a template to restore its
     checkpoints into with its fingerprint, and for each method its module, a state built from its own
     direct run's arguments (Config included) and that run's evaluated rounds."""
-    from pflax import cli
     from pflax.algorithms import REGISTRY
+    from pflax.data.federations import load_federation
+    from pflax.experiment import make_model
 
     avg_args = run_args("fedavg", data_dir)
-    dataset, train, test = cli._load_federation(avg_args)
-    model = cli._make_model(avg_args, dataset)
+    _, k, train, test = load_federation(avg_args.dataset, "fedpac", avg_args.clients, avg_args.train_per_client,
+                                        avg_args.test_per_client, avg_args.seed, avg_args.data_dir, s=avg_args.s,
+                                        wrap=not avg_args.no_wrap)
+    model = make_model({"name": avg_args.model}, tuple(train.x.shape[2:]), k)
     key = jax.random.PRNGKey(avg_args.seed)
     fedavg = REGISTRY["fedavg"]
-    template = fedavg.init(key, model, train.x[0], avg_args.clients, cli.baseline_config(fedavg, avg_args))
+    template = fedavg.init(key, model, train.x[0], avg_args.clients, recorded_config("fedavg", avg_args))
     methods = {}
     for label, (folder, name) in DERIVED.items():
         mod = REGISTRY[name]
         own = run_args(folder, data_dir)
-        state = mod.init(key, model, train.x[0], avg_args.clients, cli.baseline_config(mod, own))
+        state = mod.init(key, model, train.x[0], avg_args.clients, recorded_config(name, own))
         if jax.tree.structure(state.server) != jax.tree.structure(template.server):
             raise SystemExit(f"{name}: its shared tree is not FedAvg's model tree; cannot evaluate it on FedAvg's run")
         direct = {e["round"]: e["accuracy"] for e in
                   json.loads((OUT / folder / "results.json").read_text())["personalized_history"]}
         methods[label] = {"module": mod, "state": state, "direct": direct}
-    fingerprint = {k: v for k, v in sorted(vars(avg_args).items()) if k not in cli.NOT_FINGERPRINTED}
+    # The runs were made by the CLI's earlier flags, which fingerprinted their checkpoints with every flag
+    # but these.
+    fingerprint = {k: v for k, v in sorted(vars(avg_args).items()) if k not in OLD_CLI_NOT_FINGERPRINTED}
     return {"train": train, "test": test, "template": template, "fingerprint": fingerprint, "methods": methods}
 
 
@@ -124,7 +147,7 @@ def main() -> None:
     verification = verify(args.verify_checkpoints, setting) if args.verify_checkpoints else []
     steps = checkpoint.all_steps(args.checkpoints)
     if not steps:
-        sys.exit(f"no FedAvg checkpoints in {args.checkpoints}: run fedpac_table1_fmnist.py --methods FedAvg first")
+        sys.exit(f"no FedAvg checkpoints in {args.checkpoints}: run `python benchmarks/paper/run_table.py fedpac/table1_fmnist fedavg` first")
     history: dict[str, list[dict]] = {label: [] for label in DERIVED}
     for step in steps:
         for label, acc in evaluate_at(args.checkpoints, step, setting).items():

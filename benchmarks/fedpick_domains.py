@@ -64,26 +64,31 @@ def algorithm(arm: str):
 def run_one(arm: str, seed: int, data, args) -> dict:
     import jax
 
+    from pflax.experiment import loop
     from pflax.models.bn import digits_cnn
 
     train, test, names = data
     module, config = algorithm(arm)
     model = digits_cnn(10, width=args.width)
     state = module.init(jax.random.PRNGKey(seed), model, train.x[0], train.num_clients, config)
-    evaluate = module.evaluate
-    curve, rounds_evaluated = [], []
     t0 = time.time()
-    for r in range(1, args.rounds + 1):
-        state, metrics = module.round(state, train)
-        if bool(np.asarray(metrics["nonfinite"])):
-            print(f"  [{arm} seed {seed}] round {r}: non-finite update refused", flush=True)
-        if r % args.eval_every == 0 or r == args.rounds:
-            acc = np.asarray(evaluate(state, test)["accuracy"]) * 100
-            curve.append(acc.tolist())
-            rounds_evaluated.append(r)
-            print(f"  [{arm} seed {seed}] round {r:3d}  mean {acc.mean():6.2f}  "
+
+    def report(state, record, evaluated: bool) -> None:
+        row = record.history[-1]
+        if row.get("refused_nonfinite"):
+            print(f"  [{arm} seed {seed}] round {row['round']}: non-finite update refused", flush=True)
+        if evaluated:
+            acc = 100 * np.asarray(record.evaluations[-1]["accuracy"])
+            print(f"  [{arm} seed {seed}] round {row['round']:3d}  mean {acc.mean():6.2f}  "
                   + " ".join(f"{n} {a:5.2f}" for n, a in zip(names, acc))
                   + f"  ({time.time() - t0:.0f} s)", flush=True)
+
+    # The experiment loop: every client every round, evaluated every --eval-every rounds and at the end;
+    # a non-finite round is refused (the state kept) and training goes on, as before.
+    state, record = loop(module, state, train, test, args.rounds, eval_every=args.eval_every, after_round=report,
+                         on_nonfinite="continue")
+    curve = [[100 * a for a in e["accuracy"]] for e in record.evaluations]
+    rounds_evaluated = [e["round"] for e in record.evaluations]
     curve = np.asarray(curve)
     result = {
         "arm": arm, "seed": seed, "domains": names, "rounds": args.rounds, "width": args.width,

@@ -182,7 +182,7 @@ FEDPAC_TABLE1 = Page(
             ("FedPAC", "table1_fmnist_100clients/fedpac", "pflax"),
         ]), paper_rounds=200,
             note="30 of the 100 clients train in each round; every client is evaluated. "
-                 "`benchmarks/fedpac_table1_100clients.sh` runs (and resumes) this column."),
+                 "`python benchmarks/paper/run_table.py fedpac/table1_fmnist_100clients` runs (and resumes) this column, one run file per cell in `benchmarks/paper/fedpac/table1_fmnist_100clients/`."),
     ),
 )
 
@@ -193,7 +193,8 @@ FEDPAC_TABLE2 = Page(
     data="the paper's (Fashion-MNIST)",
     intro=(
         "Setting: Table 1's 20-client Fashion-MNIST federation (see `fedpac_table1.md`), FedPAC with "
-        "`--no-fa` and/or `--no-cc` (`benchmarks/fedpac_fmnist.sh`). The ablation arms ran 50 rounds, "
+        "`feature_alignment` and/or `classifier_collaboration` off (run files in "
+        "`benchmarks/paper/fedpac/fedpac_fmnist/`; `python benchmarks/paper/run_table.py fedpac/fedpac_fmnist`). The ablation arms ran 50 rounds, "
         "the full method 200; the paper's numbers are after 200 rounds. The second table compares every "
         "arm at the same round, from the same runs (same seed and data, so the full method's history up "
         "to that round is what a shorter run would give)."),
@@ -222,7 +223,8 @@ FEDPAC_TABLE4 = Page(
     citation=FEDPAC_CITE + " Table 4, appendix (final test accuracy, %).",
     data="the paper's (Fashion-MNIST)",
     intro=("Setting: as Table 1, 20 clients, full participation (see `fedpac_table1.md`); "
-           "`benchmarks/fedpac_table1_fmnist.py` runs these methods too. HypCluster is IFCA with k server "
+           "`python benchmarks/paper/run_table.py fedpac/table1_fmnist` runs these methods too (one run file per "
+           "cell in `benchmarks/paper/fedpac/table1_fmnist/`). HypCluster is IFCA with k server "
            "models; FedEM has M mixture components."),
     sections=(
         Section("20 clients, full participation", _fedpac_t1(FMNIST20, [
@@ -416,7 +418,14 @@ KINDS = {
     "fedavg_eval": Kind("personalized_history[-1].round", "personalized_history[-1].round", None, _recorded_command),
     "fedcollab": Kind("fl_rounds", "fl_rounds", None, _fedcollab_command),
     "fedpick": Kind("rounds", "rounds", "seed", _fedpick_command),
+    # results.json of pflax.experiment.run (run files): the resolved run, its seed and command line.
+    "run": Kind("rounds_completed", "run.rounds", "seed", _recorded_command),
 }
+
+
+def kind_of(row_kind: str, data: dict) -> Kind:
+    """A ``pflax`` row's file written by the experiment loop (it has ``run``) is read as a ``run`` file."""
+    return KINDS["run"] if row_kind == "pflax" and "run" in data else KINDS[row_kind]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -529,15 +538,15 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
     at = _common_round(section) if section.same_round else None
     cells = []
     for row in section.rows:
-        kind = KINDS[row.kind]
         value_expr = row.value.format(round=at)
-        rounds_expr = (row.rounds or kind.rounds).format(round=at)
         files = [p for pattern in row.files for p in expand(pattern)]
-        cell = Cell(row, f"s{len(refs) + 1}", files, value_expr, rounds_expr)
+        cell = Cell(row, f"s{len(refs) + 1}", files, value_expr, (row.rounds or KINDS[row.kind].rounds).format(round=at))
         refs.append(cell)
         seeds = []
         for path in files:
             data = json.loads(path.read_text())
+            kind = kind_of(row.kind, data)
+            rounds_expr = (row.rounds or kind.rounds).format(round=at)
             for expr, wanted in row.expect:
                 if get_path(data, expr) != wanted:
                     raise SystemExit(f"{path}: {expr} is {get_path(data, expr)!r}, expected {wanted!r}")

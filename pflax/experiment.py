@@ -441,9 +441,10 @@ class Record:
     """What a run has produced so far; plain data, so it travels in checkpoints and results files.
 
     Attributes:
-      history: one row per round: ``round``, ``participants``, ``seconds``, the participants' mean of
-        every per-client metric, and ``accuracy`` (mean personalized test accuracy over all clients, %)
-        on evaluation rounds.
+      history: one row per round: ``round``, ``participants``, ``seconds`` (sampling and the round, not
+        the evaluation, which is ``eval_seconds``), the participants' mean of
+        every per-client metric, ``accuracy`` (mean personalized test accuracy over all clients, %)
+        on evaluation rounds, and ``refused_nonfinite`` on a round whose NaN/Inf update was refused.
       evaluations: ``{"round", "accuracy": [per client, 0..1]}`` at every evaluation.
       resumed_at: rounds at which the run was resumed.
       last_round: the last round's matrix-shaped metrics (e.g. FedPAC's combination weights) and its
@@ -538,16 +539,21 @@ def loop(algorithm, state, train, test, rounds: int, *, fraction: float = 1.0, e
             batch = train if len(ids) == train.num_clients else train.take(ids)
             state, metrics = algorithm.round(state, batch)
             metrics = jax.device_get(metrics)
-            if bool(np.any(metrics.get("nonfinite", False))) and on_nonfinite == "raise":
+            refused = bool(np.any(metrics.get("nonfinite", False)))
+            if refused and on_nonfinite == "raise":
                 raise Diverged(r)
             scalars, matrices = _row_metrics(metrics)
             row = {"round": r + 1, "participants": int(len(ids)), **scalars}
+            if refused:
+                row["refused_nonfinite"] = True
+            row["seconds"] = time.time() - t0
             evaluated = (eval_every and (r + 1) % eval_every == 0) or r + 1 == rounds
             if evaluated:
+                t0 = time.time()
                 accuracy = np.asarray(jax.device_get(algorithm.evaluate(state, test, train)["accuracy"]))
                 row["accuracy"] = float(accuracy.mean() * 100)
+                row["eval_seconds"] = time.time() - t0
                 record.evaluations.append({"round": r + 1, "accuracy": accuracy.tolist()})
-            row["seconds"] = time.time() - t0
             record.history.append(row)
             if matrices:
                 record.last_round = matrices

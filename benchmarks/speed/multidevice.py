@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +32,7 @@ def child(args) -> None:
     import jax.numpy as jnp
 
     from pflax.algorithms import fedavg
+    from pflax.experiment import loop
     from pflax.core.execution import Execution
     from pflax.data import ClientData
     from pflax.models import mlp
@@ -44,16 +44,10 @@ def child(args) -> None:
     execution = Execution(args.strategy, inner=args.inner)
     cfg = fedavg.Config(batch_size=10, local_epochs=5, execution=execution)
     state = fedavg.init(jax.random.PRNGKey(0), mlp(10), x[0], args.clients, cfg)
-    t0 = time.perf_counter()
-    state, _ = fedavg.round(state, batch)
-    jax.block_until_ready(state)
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(args.rounds):
-        t0 = time.perf_counter()
-        state, _ = fedavg.round(state, batch)
-        jax.block_until_ready(state)
-        times.append(time.perf_counter() - t0)
+    # The experiment loop, every client every round on the same batch; evaluated only after the last
+    # round, which ``seconds`` leaves out. The first round includes compilation.
+    state, record = loop(fedavg, state, batch, batch, args.rounds + 1, eval_every=0)
+    first, times = record.round_times[0], record.round_times[1:]
     print("RESULT " + json.dumps({
         "devices": jax.device_count(), "strategy": execution.resolve(),
         "inner": execution.resolve_inner() if execution.resolve() == "sharded" else None,
