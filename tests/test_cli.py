@@ -135,3 +135,44 @@ def test_fedbn_runs_on_the_digit_domains(fmnist_dir, mnist_dir, tmp_path):
                      "--quiet", "--no-plots", "--out", str(out)]) == 0
     spec = RunSpec.from_file(out / "run.toml")
     assert spec.partition["name"] == "domains" and spec.model == {"name": "bn_cnn", "width": 0.0625}
+
+
+def _round_calls_in_loops(path: Path) -> list[int]:
+    """Lines of ``<x>.round(state, batch, ...)`` calls (an algorithm's round: two or more arguments,
+    unlike ``array.round(3)``; ``np.round`` aside) inside a ``for`` or ``while`` loop."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.For, ast.While)):
+            for inner in ast.walk(node):
+                if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute)
+                        and inner.func.attr == "round" and len(inner.args) + len(inner.keywords) >= 2
+                        and not (isinstance(inner.func.value, ast.Name) and inner.func.value.id in ("np", "jnp"))):
+                    found.append(inner.lineno)
+    return found
+
+
+def test_only_the_experiment_loop_loops_over_rounds():
+    repo = Path(__file__).resolve().parents[1]
+    offenders = {}
+    for path in [*repo.glob("benchmarks/**/*.py"), *repo.glob("pflax/**/*.py")]:
+        if path.name == "experiment.py":
+            continue
+        lines = _round_calls_in_loops(path)
+        if lines:
+            offenders[str(path.relative_to(repo))] = lines
+    assert offenders == {}, "rounds looped outside pflax.experiment.loop"
+    # The check sees a loop when there is one.
+    probe = repo / "tests" / "golden_trajectories.py"
+    assert _round_calls_in_loops(probe), "the AST check no longer recognises a loop over rounds"
+
+
+def test_benchmarks_use_no_private_cli_helpers():
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"cli\._\w+|from pflax\.cli import _|from \.\.?cli import _")
+    hits = [f"{p.relative_to(repo)}:{i}" for p in repo.glob("benchmarks/**/*.py")
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert hits == []
