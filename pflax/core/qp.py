@@ -11,7 +11,7 @@ Call it inside a local ``jax.enable_x64(True)`` scope with a float64 ``P`` for f
 caller's dtype defaults are never changed. A tiny relative ridge (1e-12 * mean diagonal) makes the
 minimiser unique and the tie-break deterministic when several candidates are identical.
 
-FedPAC's classifier combination (Xu, Tong, Huang, ICLR 2023, Sec. 4.2) is built on it:
+FedPAC's classifier combination (Xu, Tong, Huang, ICLR 2023, Sec. 3.3 and 4.1, eqs. 10-11) is built on it:
 :mod:`pflax.algorithms.fedpac.combination`.
 
 >>> import jax, jax.numpy as jnp

@@ -11,7 +11,7 @@ One round, in the official code's order (the paper's Algorithm 1), for the parti
 1. (``local_update``) each participant computes its statistics ``(v_i, H_i)``
    (:mod:`.statistics`) and its class means with the *received* model (global body + its head);
 2. trains its head for ``head_epochs`` (lr 0.1) on frozen features, with a fresh SGD;
-3. trains its body for ``body_epochs`` with a fresh SGD on ``CE + lam * MSE(f(x), c_y)`` (Sec. 4.1,
+3. trains its body for ``body_epochs`` with a fresh SGD on ``CE + lam * MSE(f(x), c_y)`` (Sec. 3.2 and 5.1,
    feature alignment), where ``c_y`` is the previous round's global centroid, or its own pre-training
    class mean where the global one is undefined; no alignment in round 0 (``align_in_round0=False``,
    official);
@@ -19,7 +19,7 @@ One round, in the official code's order (the paper's Algorithm 1), for the parti
 5. (``server_update``) the server averages the bodies (weights ``n_i``) into ``theta^{t+1}``, which
    every client receives, and rebuilds the global centroids from this round's participants
    (count-weighted);
-6. for each participant it solves the simplex QP (Sec. 4.2, classifier collaboration,
+6. for each participant it solves the simplex QP (Sec. 3.3 and 4.1, classifier collaboration,
    :mod:`.combination`), zeroes weights <= 1e-3, renormalises, and mixes the participants' trained
    heads; the mixed heads are the participants' new rows.
 
@@ -96,7 +96,7 @@ class Config:
       body_lr, head_lr: learning rates of the body and head phases (>= 0).
       momentum: in [0, 1). weight_decay: coupled L2 (>= 0). batch_size: >= 1.
       head_epochs, body_epochs: epochs of the two local phases (>= 0).
-      lam: weight of the feature-alignment term (Sec. 4.1).
+      lam: weight of the feature-alignment term (Sec. 3.2).
       feature_alignment, classifier_collaboration: the ablation switches "FA" and "CC".
       align_in_round0: add the alignment term in round 0 too (official: no).
       qp_mode: ``"exact"`` or ``"official"`` (:mod:`.combination`).

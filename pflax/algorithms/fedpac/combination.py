@@ -1,5 +1,5 @@
-"""FedPAC's classifier combination weights (Xu, Tong, Huang, ICLR 2023, Sec. 4.2 "classifier
-collaboration"; official code: https://github.com/JianXu95/FedPAC, ``get_head_agg_weight``).
+"""FedPAC's classifier combination weights (Xu, Tong, Huang, ICLR 2023, Sec. 3.3 "classifier
+collaboration" and Sec. 4.1, the optimal combination; official code: https://github.com/JianXu95/FedPAC, ``get_head_agg_weight``).
 
 For every target participant ``i`` the server solves::
 

@@ -1,5 +1,5 @@
 """FedPAC's per-client statistics ``(v_i, H_i)`` of the classifier combination (Xu, Tong, Huang, ICLR
-2023, Sec. 4.2 and its appendix derivation with ``Lambda = I``; official code:
+2023, Sec. 4.1 and App. A.5 with ``Lambda = I``; official code:
 https://github.com/JianXu95/FedPAC, ``statistics_extraction``), from the generic masked class sums of
 :mod:`pflax.core.stats`.
 
