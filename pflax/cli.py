@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--eval-every", type=int, help="evaluate every client every k rounds and at the end (default 10)")
     run.add_argument("--checkpoint-every", type=int, help="checkpoint every k rounds (0: only at the end; default 10)")
     run.add_argument("--out", default=None, help="output folder (default runs/<algorithm>-<dataset>)")
+    run.add_argument("--logdir", default=None, help="also write TensorBoard event files (metrics, client accuracy histogram) here")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     run.add_argument("--no-plots", action="store_true")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         out = str(Path(args.config).parent)
     try:
         results = run_all(spec, out, resume=args.resume, progress=not args.quiet, plots=not args.no_plots,
-                          command="pflax " + shlex.join(argv))
+                          command="pflax " + shlex.join(argv), logdir=args.logdir)
     except (RunError, Diverged) as err:
         _fail(str(err))
     for result in results:

@@ -54,7 +54,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 __all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "make_config", "make_model",
-           "plot_weights", "MODELS"]
+           "plot_weights", "tensorboard_writer", "MODELS"]
 
 MODELS = {
     "cnn": "FedPAC's CNN (2 conv + 2 dense; the CIFAR variant for 3-channel images)",
@@ -674,8 +674,49 @@ def _jax_info() -> dict:
     return {"version": jax.__version__, "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
 
 
+def tensorboard_writer(logdir: str | os.PathLike):
+    """An ``after_round`` hook for :func:`loop` that writes every round's metrics (``round/<name>``), the
+    mean personalized accuracy (``eval/accuracy``) and the per-client accuracy histogram
+    (``eval/client_accuracy``) as TensorBoard event files, with tensorboardX.
+
+    Args:
+      logdir: the folder for the event files (``tensorboard --logdir`` it).
+
+    Returns:
+      ``(hook, close)``: the hook, and a function that flushes and closes the writer.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     hook, close = tensorboard_writer(d)
+    ...     hook(None, Record(history=[{"round": 1, "loss": 0.5, "seconds": 0.1}]), False)
+    ...     close()
+    ...     len(list(Path(d).glob("events.out.tfevents.*")))
+    1
+    """
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(logdir))
+
+    def hook(state, record: Record, evaluated: bool) -> None:
+        row = record.history[-1]
+        step = row["round"]
+        for name, value in row.items():
+            if name != "round" and isinstance(value, (int, float)):
+                writer.add_scalar(f"round/{name}", float(value), step)
+        if evaluated and record.evaluations:
+            accuracy = 100 * np.asarray(record.evaluations[-1]["accuracy"], np.float64)
+            writer.add_scalar("eval/accuracy", float(accuracy.mean()), step)
+            writer.add_histogram("eval/client_accuracy", accuracy, step, bins=np.linspace(0, 100, 21))
+
+    def close() -> None:
+        writer.flush()
+        writer.close()
+
+    return hook, close
+
+
 def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress: bool = True, plots: bool = True,
-        command: str | None = None) -> dict:
+        command: str | None = None, logdir: str | os.PathLike | None = None) -> dict:
     """Run one seed of a run file end to end: data, model, training, evaluation, checkpoints and results.
 
     Writes into ``out``: ``run.toml`` (the resolved spec), ``results.json``, ``rounds.csv``,
@@ -692,6 +733,7 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
       progress: show a progress bar.
       plots: write the PNG plots.
       command: the command line that started the run, recorded in ``results.json``.
+      logdir: also write TensorBoard event files there (:func:`tensorboard_writer`).
 
     Returns:
       The content of ``results.json``.
@@ -814,13 +856,22 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
             checkpoint.save(checkpoints, state, run=fingerprint, max_to_keep=MAX_CHECKPOINTS_KEPT,
                             extra=dataclasses.asdict(record))
 
-    if record.rounds_done == spec.rounds and record.evaluations:  # a finished run, resumed: rewrite its files
-        result = write_results(done=True)
-    else:
-        label = f"{spec.algorithm} {dataset}" + (f" seed {seed}" if seed else "")
-        loop(algorithm, state, train, test, spec.rounds, fraction=spec.fraction, eval_every=spec.eval_every,
-             record=record, after_round=after_round, progress=label if progress else False)
-        result = json.loads((out / "results.json").read_text())
+    hooks, close = [after_round], None
+    if logdir is not None:
+        tensorboard, close = tensorboard_writer(logdir)
+        hooks.append(tensorboard)
+    try:
+        if record.rounds_done == spec.rounds and record.evaluations:  # a finished run, resumed: rewrite its files
+            result = write_results(done=True)
+        else:
+            label = f"{spec.algorithm} {dataset}" + (f" seed {seed}" if seed else "")
+            loop(algorithm, state, train, test, spec.rounds, fraction=spec.fraction, eval_every=spec.eval_every,
+                 record=record, after_round=lambda *a: [hook(*a) for hook in hooks],
+                 progress=label if progress else False)
+            result = json.loads((out / "results.json").read_text())
+    finally:
+        if close is not None:
+            close()
     return result
 
 
@@ -843,4 +894,6 @@ def run_all(spec: RunSpec, out: str | os.PathLike, **options: Any) -> list[dict]
     spec.check()
     if len(spec.seeds) == 1:
         return [run(spec, out, **options)]
-    return [run(dataclasses.replace(spec, seeds=(s,)), Path(out) / f"seed{s}", **options) for s in spec.seeds]
+    logdir = options.pop("logdir", None)
+    return [run(dataclasses.replace(spec, seeds=(s,)), Path(out) / f"seed{s}",
+                logdir=None if logdir is None else Path(logdir) / f"seed{s}", **options) for s in spec.seeds]

@@ -176,3 +176,47 @@ def test_benchmarks_use_no_private_cli_helpers():
     hits = [f"{p.relative_to(repo)}:{i}" for p in repo.glob("benchmarks/**/*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+def _read_events(logdir: Path) -> list:
+    """Every event in ``logdir``'s event files: TFRecord framing (length, CRC, payload, CRC) around
+    tensorboardX's Event protos."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    events = []
+    for path in sorted(logdir.rglob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            payload = data[at + 12:at + 12 + length]
+            at += 12 + length + 4
+            event = event_pb2.Event()
+            event.ParseFromString(payload)
+            events.append(event)
+    return events
+
+
+def test_logdir_writes_tensorboard_events_that_read_back(tmp_path):
+    out, logdir = tmp_path / "run", tmp_path / "tb"
+    assert cli.main(["run", "fedavg", *_model_flags("fedavg"), *_caps("fedavg"), *TINY, "--rounds", "3",
+                     "--eval-every", "2", "--out", str(out), "--logdir", str(logdir)]) == 0
+    result = json.loads((out / "results.json").read_text())
+    scalars, histograms = {}, {}
+    for event in _read_events(logdir):
+        for value in event.summary.value:
+            if value.HasField("histo"):
+                histograms[(value.tag, event.step)] = value.histo
+            else:
+                scalars[(value.tag, event.step)] = value.simple_value
+    for row in result["history"]:
+        assert scalars[("round/loss", row["round"])] == pytest.approx(row["loss"], rel=1e-6)
+        assert ("round/seconds", row["round"]) in scalars
+    for evaluation in result["personalized_history"]:  # rounds 2 and 3 (the last)
+        accuracy = [100 * a for a in evaluation["accuracy"]]
+        histo = histograms[("eval/client_accuracy", evaluation["round"])]
+        assert histo.num == len(accuracy) == 2 and histo.sum == pytest.approx(sum(accuracy), rel=1e-6)
+        assert scalars[("eval/accuracy", evaluation["round"])] == pytest.approx(sum(accuracy) / 2, rel=1e-6)
+    assert sorted(step for tag, step in histograms) == [2, 3]
