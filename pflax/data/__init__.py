@@ -8,6 +8,7 @@ from .partition import (
     pathological_class_sets, quantity_skew,
 )
 from .sources import NORMALIZATION, DataError, Dataset, load_dataset, load_idx_dir, load_tfds, read_idx, synthetic
+from .interop import from_flwr_partitioner
 from .transforms import concept_shift_maps, relabel, relabel_clients, rotate_clients, rotate_images, rotation_angles
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "ClientData", "from_partition", "validate", "class_counts", "dirichlet", "dominant_groups", "fedpac_shards",
     "NORMALIZATION", "DataError", "Dataset", "load_dataset", "load_idx_dir", "load_tfds", "read_idx", "synthetic",
     "fedpac_shards_sized", "dirichlet_matched", "pathological", "pathological_class_sets", "quantity_skew",
+    "from_flwr_partitioner",
     "concept_shift_maps", "relabel", "relabel_clients", "rotate_clients", "rotate_images", "rotation_angles",
 ]
