@@ -7,8 +7,6 @@ import dataclasses
 import re
 from pathlib import Path
 
-import pytest
-
 from pflax.algorithms import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,10 +87,28 @@ def test_docs_cite_no_private_material_and_no_commit_hashes():
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.skip(reason="README.md is being rewritten; enable this check (drop the mark) once it is done")
 def test_readme_cites_no_private_material_and_no_commit_hashes():
     problems = _violations(ROOT / "README.md")
     assert not problems, "\n".join(problems)
+
+
+README_MAX_LINES = 250
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_readme_is_short_and_for_users():
+    """The README is a user's page: at most README_MAX_LINES lines (history goes to CHANGELOG.md,
+    performance facts to docs/performance.md), and every relative link in it points to an existing
+    file of the repository."""
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    lines = len(text.splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines (at most {README_MAX_LINES})"
+    links = MARKDOWN_LINK.findall(text)
+    relative = [link for link in links if not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|#", link)]
+    assert relative, "README.md links to no file of the repository"
+    broken = [link for link in relative if not (ROOT / link.split("#", 1)[0]).is_file()]
+    assert not broken, f"README.md links to files that do not exist: {broken}"
 
 
 def test_the_checks_catch_what_they_look_for(tmp_path):
