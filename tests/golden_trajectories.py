@@ -119,5 +119,24 @@ def record() -> None:
     GOLDEN.write_text(json.dumps({"jax": jax.__version__, "algorithms": golden}, indent=1) + "\n")
 
 
+def replay(names=None) -> dict:
+    """Today's trajectories of ``names`` (default: every registry algorithm), through the contract's
+    ``round(state, batch, test)`` and ``evaluate(state, test, train)``, for comparison with GOLDEN."""
+    from pflax.algorithms import REGISTRY
+
+    out = {}
+    for name in names or list(REGISTRY):
+        module = REGISTRY[name]
+        out[name] = trajectory(name, module, lambda state, batch, test, m=module: m.round(state, batch, test),
+                               lambda state, test, train, m=module: m.evaluate(state, test, train),
+                               module.sample_clients)
+    return out
+
+
 if __name__ == "__main__":
-    record()
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--replay":  # python golden_trajectories.py --replay OUT.json
+        Path(sys.argv[2]).write_text(json.dumps(replay()))
+    else:
+        record()
