@@ -165,7 +165,7 @@ def _comparable(results: dict) -> dict:
     keep = ("rounds_completed", "final_accuracy", "final_per_client", "personalized_history", "last_round",
             "status", "config")
     out = {k: results[k] for k in keep}
-    out["history"] = [{k: v for k, v in row.items() if k != "seconds"} for row in results["history"]]
+    out["history"] = [{k: v for k, v in row.items() if k not in ("seconds", "eval_seconds")} for row in results["history"]]
     return out
 
 
@@ -183,7 +183,7 @@ def test_kill_and_resume_is_bit_identical(killed_and_resumed):
     assert int(ref_arrays["round"]) == int(res_arrays["round"]) == 8
     assert T.tree_equal(ref_arrays, res_arrays)  # parameters, heads, centroids, keys, round counter
     assert ref_meta["fingerprint"] == res_meta["fingerprint"]
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("seconds", "eval_seconds")} for r in rows]
     assert strip(res_meta["extra"]["history"]) == strip(ref_meta["extra"]["history"])
     # No half-written files: every file parses, and no temp file of an atomic write is left.
     assert not [p.name for p in killed.iterdir() if p.name.startswith(".")]

@@ -34,11 +34,11 @@ def _caps(name: str) -> list[str]:
 
 
 def _comparable(result: dict) -> dict:
-    """What the computation determines: no timings, paths or command line."""
+    """What the computation determines: no timings (round and evaluation seconds), paths or command line."""
     keep = ("rounds_completed", "final_accuracy", "final_per_client", "personalized_history", "last_round",
             "config", "status", "seed")
     out = {k: result[k] for k in keep}
-    out["history"] = [{k: v for k, v in row.items() if k != "seconds"} for row in result["history"]]
+    out["history"] = [{k: v for k, v in row.items() if k not in ("seconds", "eval_seconds")} for row in result["history"]]
     return out
 
 
