@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 # files that take longest first instead (longest-first keeps both workers busy to the end); the
 # order is from `--durations` of full runs, the other files follow in their usual order.
 _LONGEST_FIRST = (
-    "test_contract.py", "test_fedcollab.py", "test_notebooks.py", "test_execution.py", "test_fedpick.py",
+    "test_flower.py", "test_contract.py", "test_fedcollab.py", "test_notebooks.py", "test_execution.py", "test_fedpick.py",
     "test_fedpac.py", "test_baselines_more.py", "test_baselines.py",
     "test_checkpoint.py", "test_notebook_cli.py", "test_multiprocess.py", "test_map_reduce.py",
     "test_doctests.py", "test_cli.py",  # after test_fedcollab.py, whose compiled rounds test_cli.py's runs reuse
