@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +27,7 @@ pytest.importorskip("flwr", reason="flwr is not installed: pip install 'pflax[fl
 from pflax import REGISTRY, checkpoint  # noqa: E402
 from pflax.data import toy_federation  # noqa: E402
 from pflax.flower import AppSpec, DirectoryRowStore, Plan, from_arrays, row, to_arrays  # noqa: E402
-from pflax.flower.apps import client_app, run_in_process, save_client_data, server_app, simulate  # noqa: E402
+from pflax.flower.apps import client_app, run_in_process, save_client_data, server_app  # noqa: E402
 from pflax.flower.local import LocalFederation, port_open  # noqa: E402
 
 pytestmark = [
@@ -181,15 +183,34 @@ def test_codec_round_trips_typed_keys_and_refuses_a_mismatch():
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="Flower's Simulation Engine needs Ray: pip install 'flwr[simulation]>=1.41,<1.42'")
 def test_simulation_engine_matches_round(tmp_path):
+    # Ray starts threads and processes in whatever process calls it; a pytest worker that had hosted
+    # it later crashed in native code (a segfault in an unrelated test). So the simulation runs in a
+    # child process, which saves each round's server state; this process compares.
     spec, train = _spec("fedpac", data_dir=str(tmp_path / "data")), _federation("fedpac")
     save_client_data(train, spec.data_dir)
-    states = []
-    # The ClientApp runs in Ray workers: it reads its partition from data_dir (partition-id is set).
-    # Its rows live in the run's Context.state; the server state comes back through on_round.
-    simulate(spec, num_nodes=3, on_round=lambda s, m: states.append(s))
-    reference = _reference(spec, train)
-    assert [int(s.round) for s in states] == [1, 2, 3]
-    assert _max_diff(reference.server, states[-1].server) <= TOL
+    out = tmp_path / "server_states.npz"
+    script = (
+        "import sys, numpy as np, jax\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import test_flower as t\n"
+        "from pflax.flower.apps import simulate\n"
+        "spec = t._spec('fedpac', data_dir=sys.argv[2])\n"
+        "states = []\n"
+        "simulate(spec, num_nodes=3, on_round=lambda s, m: states.append(s))\n"
+        "leaves = jax.tree.leaves(states[-1].server)\n"
+        "np.savez(sys.argv[3], rounds=np.array([int(s.round) for s in states]),"
+        " **{f'leaf{i}': np.asarray(x) for i, x in enumerate(leaves)})\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent), spec.data_dir, str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = np.load(out)
+    assert saved["rounds"].tolist() == [1, 2, 3]
+    reference = jax.tree.leaves(_reference(spec, train).server)
+    assert len(reference) == len([k for k in saved.files if k.startswith("leaf")])
+    worst = max(float(np.max(np.abs(np.asarray(r, np.float64) - saved[f"leaf{i}"].astype(np.float64))))
+                for i, r in enumerate(reference))
+    assert worst <= TOL
 
 
 # --------------------------------------------------------------------------- deployed
