@@ -131,7 +131,7 @@ def test_finite_with_an_empty_client_and_a_class_missing_everywhere(name):
 
 
 # ------------------------------------------------------------------------------ golden trajectories
-FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"  # what tests/conftest.py adds to XLA_FLAGS
+FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"  # faster compiles, other round-off
 RECORDED = json.loads(golden.GOLDEN.read_text())["algorithms"]
 
 
@@ -142,8 +142,9 @@ def _mismatch(what: str, expected, actual) -> str:
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory):
     """Today's trajectories, computed with XLA's default CPU code generation, as they were recorded.
-    The test run compiles at a lower LLVM optimisation level to save compile time (tests/conftest.py),
-    which changes round-off; then the replay runs in a subprocess with the default flags."""
+    When this process compiles at a lower LLVM optimisation level (XLA_FLAGS with
+    --xla_backend_optimization_level=0, which changes round-off), the replay runs in a subprocess
+    with the default flags."""
     flags = os.environ.get("XLA_FLAGS", "")
     if FAST_COMPILE_FLAG not in flags:
         return None  # this process already compiles as the recording did: replay in-process
