@@ -186,6 +186,10 @@ FEDPAC_TABLE1 = Page(
     ),
 )
 
+# Table 2's arms: (row label, results folder under fedpac_fmnist/, the paper's arm name).
+ABLATION_ARMS = (("None", "none", "None"), ("w/ FA", "fa_only", "w/ FA"), ("w/ CC", "cc_only", "w/ CC"),
+                 ("Both (FedPAC)", "both", "Both"))
+
 FEDPAC_TABLE2 = Page(
     slug="fedpac_table2",
     title="FedPAC, Table 2: ablation on Fashion-MNIST",
@@ -203,15 +207,13 @@ FEDPAC_TABLE2 = Page(
             Row(label, ("fedpac_fmnist/" + folder,), FINAL,
                 ("FedPAC", "2", "Fashion-MNIST/20clients_frac1.0", f"FedPAC[{arm}]", "acc"),
                 repeat_of="fedpac_table1.md" if arm == "Both" else None)
-            for label, folder, arm in (("None", "none", "None"), ("w/ FA", "fa_only", "w/ FA"),
-                                       ("w/ CC", "cc_only", "w/ CC"), ("Both (FedPAC)", "both", "Both")))
+            for label, folder, arm in ABLATION_ARMS)
         , paper_rounds=200),
         Section("Every arm at the same round", tuple(
             Row(label, ("fedpac_fmnist/" + folder,), "100 * mean(personalized_history[round={round}].accuracy)",
                 ("FedPAC", "2", "Fashion-MNIST/20clients_frac1.0", f"FedPAC[{arm}]", "acc"),
                 rounds="personalized_history[round={round}].round")
-            for label, folder, arm in (("None", "none", "None"), ("w/ FA", "fa_only", "w/ FA"),
-                                       ("w/ CC", "cc_only", "w/ CC"), ("Both (FedPAC)", "both", "Both")))
+            for label, folder, arm in ABLATION_ARMS)
         , paper_rounds=200, counted=False, same_round=True,
             why_not="the same runs as above, read at an earlier round"),
     ),

@@ -300,10 +300,9 @@ class RunSpec:
             Execution(self.execution)
         except ValueError as err:
             raise RunError(f"execution: {err}") from None
-        for name in ("clients",):
-            value = self.partition.get(name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise RunError(f"{name} must be >= 1, got {value}")
+        clients = self.partition.get("clients")
+        if clients is not None and (not isinstance(clients, int) or clients < 1):
+            raise RunError(f"clients must be >= 1, got {clients}")
         for name in ("train_per_client", "test_per_client"):
             value = self.data.get(name)
             if value is not None and (not isinstance(value, int) or value < 1):

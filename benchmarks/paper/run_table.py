@@ -50,10 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets"))
     if args.list or not args.table:
-        for table in sorted(p.parent for p in TABLES.glob("*/*/*.toml")):
-            if table not in getattr(main, "_seen", set()):
-                main._seen = getattr(main, "_seen", set()) | {table}
-                print(f"{table.relative_to(TABLES)}: {' '.join(c.stem for c in cells(table))}")
+        for table in sorted({p.parent for p in TABLES.glob("*/*/*.toml")}):
+            print(f"{table.relative_to(TABLES)}: {' '.join(c.stem for c in cells(table))}")
         return 0
     table = TABLES / args.table
     if not table.is_dir():
