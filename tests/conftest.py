@@ -39,6 +39,10 @@ _LONGEST_FIRST = (
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist present
         config.option.loadscopereorder = False
+        # A worker that dies (a native crash) ends the run with that test failed. With restarts allowed,
+        # `--dist loadfile` waited forever for the dead worker's files and CI ran into its time limit.
+        if config.option.maxworkerrestart is None:
+            config.option.maxworkerrestart = 0
 
 
 def pytest_collection_modifyitems(config, items):
@@ -100,6 +104,17 @@ def small_mlp():
     from pflax.models import mlp
 
     return mlp(10, hidden=(32,))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs():
+    """Drop JAX's in-memory caches after every test file. Each compiled CPU program holds ~10 memory
+    mappings for as long as a cache (of a module-level ``jax.jit``, say) keeps it, and a worker that
+    compiled every program of half the suite reached Linux's default limit of 65,530 mappings per
+    process: the next compilation then segfaulted inside XLA. Programs used again are read back from
+    the persistent compilation cache."""
+    yield
+    jax.clear_caches()
 
 
 def pytest_unconfigure(config):
