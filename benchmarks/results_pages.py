@@ -16,7 +16,8 @@ with, and its paper cell. New results are picked up without new code:
   ``<folder>/seed*/results.json``; a glob such as ``fedpick_domains/fedpick_seed*.json`` matches
   every seed file. Each file is one seed; the page shows mean +- std over them.
 * a new method or table: add a ``Row`` (or a ``Page``) to ``PAGES``. A row whose files do not exist
-  yet is shown as "not run yet".
+  yet is shown as "not run yet", with its run file (``benchmarks/paper/<paper>/<table>/<cell>.toml``)
+  and an estimate of its CPU time (:func:`cpu_estimate`), or with what is missing for it to have one.
 
 Field expressions (printed on the pages, and re-evaluated independently by
 ``tests/test_results_pages.py``): a dotted path into the JSON with ``[i]`` (list index),
@@ -34,6 +35,7 @@ import re
 import shlex
 import statistics
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -41,6 +43,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PAPER_CSV = REPO / "benchmarks" / "paper" / "paper_numbers.csv"
+RUN_FILES = REPO / "benchmarks" / "paper"
 DOCS = REPO / "docs" / "results"
 THRESHOLDS = (1.0, 1.5)  # scoreboard: |ours - paper| within this many points
 DASH = "—"
@@ -64,6 +67,12 @@ class Row:
       rounds: field expression for the rounds a file's number is after; default: the kind's.
       repeat_of: the page where this same cell is counted, when it is repeated here for the ordering.
       expect: ``(expression, value)`` pairs every file must satisfy (e.g. the domain at an index).
+      run_file: the cell's run file, relative to ``benchmarks/paper/``; shown (with a CPU-time estimate)
+        while the cell has no results. With ``missing`` set it is the run file of the cell's base
+        algorithm, read only for the estimate.
+      missing: why the cell has no run file (what pflax lacks to express it).
+      superseded_by: a results pattern (as in ``files``) of a later run of the same paper cell; once it has
+        files this row is shown but no longer counted.
     """
 
     method: str
@@ -74,6 +83,9 @@ class Row:
     rounds: str | None = None
     repeat_of: str | None = None
     expect: tuple[tuple[str, object], ...] = ()
+    run_file: str | None = None
+    missing: str = ""
+    superseded_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,16 +134,41 @@ FINAL = "final_accuracy.mean"
 LAST_EVAL = "100 * mean(personalized_history[-1].accuracy)"
 
 
-def _fedpac_t1(setting: str, rows: list[tuple[str, str, str]]) -> tuple[Row, ...]:
-    """Rows of FedPAC Table 1/4 from (label, folder, kind); the paper cell is (label, setting)."""
+def _fedpac_t1(setting: str, rows: list[tuple]) -> tuple[Row, ...]:
+    """Rows of FedPAC Table 1/4 from (label, folder, kind[, run file or missing]); the paper cell is (label,
+    setting). The optional fourth entry is the run file (under ``benchmarks/paper/``, ending in ``.toml``) or,
+    for a cell pflax cannot express, why not."""
     out = []
-    for label, folder, kind in rows:
+    for label, folder, kind, *more in rows:
         table = "4" if label in T4_METHODS else "1"
+        extra = {}
+        if more:
+            extra = {"run_file": more[0]} if more[0].endswith(".toml") else {"missing": more[0]}
         if kind == "fedavg_eval":
             out.append(Row(label, (folder + "/from_fedavg.json",), LAST_EVAL, ("FedPAC", table, setting, label, "acc"),
-                           kind="fedavg_eval"))
+                           kind="fedavg_eval", **extra))
         else:
-            out.append(Row(label, (folder,), FINAL, ("FedPAC", table, setting, label, "acc")))
+            out.append(Row(label, (folder,), FINAL, ("FedPAC", table, setting, label, "acc"), **extra))
+    return tuple(out)
+
+
+def _run_rows(folder: str, paper: tuple[str, str, str], rows: list[tuple], metric: str = "acc") -> tuple[Row, ...]:
+    """Rows of the run-file table ``benchmarks/paper/<folder>/``, each read from
+    ``benchmarks/results/<table>/<cell>/`` (``<table>`` = the folder's last part) for the paper cell
+    ``(*paper, method, metric)``. ``(label, cell)``: the cell's run file is ``<folder>/<cell>.toml``.
+    ``(label, cell, missing[, base run file])``: a cell without a run file; ``missing`` says what pflax lacks,
+    the base run file (if any) gives the CPU-time estimate. ``label`` is the paper's method name, or a pair
+    ``(label on the page, the paper's method name)``."""
+    table = folder.split("/")[-1]
+    out = []
+    for label, cell, *more in rows:
+        label, method = label if isinstance(label, tuple) else (label, label)
+        if more:
+            out.append(Row(label, (f"{table}/{cell}",), FINAL, (*paper, method, metric), missing=more[0],
+                           run_file=more[1] if len(more) > 1 else None))
+        else:
+            out.append(Row(label, (f"{table}/{cell}",), FINAL, (*paper, method, metric),
+                           run_file=f"{folder}/{cell}.toml"))
     return tuple(out)
 
 
@@ -139,6 +176,15 @@ T4_METHODS = ("FedProx", "SCAFFOLD", "HypCluster (k=3)", "HypCluster (k=5)", "Fe
               "FedEM (M=5)", "FedEM-FT (M=5)")
 FMNIST20 = "FMNIST/20clients_frac1.0"
 FMNIST100 = "FMNIST/100clients_frac0.3"
+T1_100 = "fedpac/table1_fmnist_100clients/"
+NO_FEDEM_FT = "fedem's Config has no local fine-tuning after training (FedEM-FT)"
+RUN_TABLE_NOTE = ("`python benchmarks/paper/run_table.py {folder}` runs (and resumes) the cells of this section, "
+                  "one run file per cell in `benchmarks/paper/{folder}/`, in the order of its `order.txt`.")
+
+FEDPAC_SETTING = (
+    "local SGD with batch 50, lr 0.01, momentum 0.5, weight decay 5e-4, E = 5 local epochs (FedPAC: 1 head + 5 body "
+    "epochs); 200 rounds; the paper's CNN. The number is the mean over clients of each client's personalised test "
+    "accuracy after the last round.")
 
 FEDPAC_TABLE1 = Page(
     slug="fedpac_table1",
@@ -175,20 +221,32 @@ FEDPAC_TABLE1 = Page(
             ("FedPAC", "fedpac_fmnist/both", "pflax"),
         ]), paper_rounds=200),
         Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
-            ("Local-only", "table1_fmnist_100clients/local_only", "pflax"),
-            ("FedAvg", "table1_fmnist_100clients/fedavg", "pflax"),
-            ("FedRep", "table1_fmnist_100clients/fedrep", "pflax"),
-            ("Fed-RoD", "table1_fmnist_100clients/fedrod", "pflax"),
-            ("FedPAC", "table1_fmnist_100clients/fedpac", "pflax"),
+            ("Local-only", "table1_fmnist_100clients/local_only", "pflax", T1_100 + "local_only.toml"),
+            ("FedAvg", "table1_fmnist_100clients/fedavg", "pflax", T1_100 + "fedavg.toml"),
+            ("FedAvg-FT", "table1_fmnist_100clients/fedavg_ft", "pflax", T1_100 + "fedavg_ft.toml"),
+            ("FedPer", "table1_fmnist_100clients/fedper", "pflax", T1_100 + "fedper.toml"),
+            ("LG-FedAvg", "table1_fmnist_100clients/lg_fedavg", "pflax", T1_100 + "lg_fedavg.toml"),
+            ("FedRep", "table1_fmnist_100clients/fedrep", "pflax", T1_100 + "fedrep.toml"),
+            ("FedBABU", "table1_fmnist_100clients/fedbabu", "pflax", T1_100 + "fedbabu.toml"),
+            ("Fed-RoD", "table1_fmnist_100clients/fedrod", "pflax", T1_100 + "fedrod.toml"),
+            ("kNN-Per", "table1_fmnist_100clients/knnper", "pflax", T1_100 + "knnper.toml"),
+            ("APFL", "table1_fmnist_100clients/apfl", "pflax", T1_100 + "apfl.toml"),
+            ("pFedMe", "table1_fmnist_100clients/pfedme", "pflax", T1_100 + "pfedme.toml"),
+            ("Ditto", "table1_fmnist_100clients/ditto", "pflax", T1_100 + "ditto.toml"),
+            ("FedFomo", "table1_fmnist_100clients/fedfomo", "pflax", T1_100 + "fedfomo.toml"),
+            ("pFedHN", "table1_fmnist_100clients/pfedhn", "pflax", T1_100 + "pfedhn.toml"),
+            ("FedPAC", "table1_fmnist_100clients/fedpac", "pflax", T1_100 + "fedpac.toml"),
         ]), paper_rounds=200,
             note="30 of the 100 clients train in each round; every client is evaluated. "
-                 "`python benchmarks/paper/run_table.py fedpac/table1_fmnist_100clients` runs (and resumes) this column, one run file per cell in `benchmarks/paper/fedpac/table1_fmnist_100clients/`."),
+                 + RUN_TABLE_NOTE.format(folder="fedpac/table1_fmnist_100clients")
+                 + " The same folder holds this column's Table 4 cells (`fedpac_table4.md`)."),
     ),
 )
 
-# Table 2's arms: (row label, results folder under fedpac_fmnist/, the paper's arm name).
+# Table 2's arms: (row label, results folder under fedpac_fmnist/ and cell of table2_fmnist/, the paper's arm).
 ABLATION_ARMS = (("None", "none", "None"), ("w/ FA", "fa_only", "w/ FA"), ("w/ CC", "cc_only", "w/ CC"),
                  ("Both (FedPAC)", "both", "Both"))
+T2_PAPER = ("FedPAC", "2", "Fashion-MNIST/20clients_frac1.0")
 
 FEDPAC_TABLE2 = Page(
     slug="fedpac_table2",
@@ -197,25 +255,48 @@ FEDPAC_TABLE2 = Page(
     data="the paper's (Fashion-MNIST)",
     intro=(
         "Setting: Table 1's 20-client Fashion-MNIST federation (see `fedpac_table1.md`), FedPAC with "
-        "`feature_alignment` and/or `classifier_collaboration` off (run files in "
-        "`benchmarks/paper/fedpac/fedpac_fmnist/`; `python benchmarks/paper/run_table.py fedpac/fedpac_fmnist`). The ablation arms ran 50 rounds, "
-        "the full method 200; the paper's numbers are after 200 rounds. The second table compares every "
-        "arm at the same round, from the same runs (same seed and data, so the full method's history up "
-        "to that round is what a shorter run would give)."),
+        "`feature_alignment` and/or `classifier_collaboration` off. The table's cells are the 200-round runs of "
+        "the first section (run files in `benchmarks/paper/fedpac/table2_fmnist/`; "
+        "`python benchmarks/paper/run_table.py fedpac/table2_fmnist`): three seeds for the full method, one for "
+        "the other arms. The earlier runs (`benchmarks/results/fedpac_fmnist/`) ran the ablation arms for 50 "
+        "rounds and the full method for 200; they are kept below, with every arm compared at the same round "
+        "(same seed and data, so the full method's history up to that round is what a shorter run would give)."),
     sections=(
-        Section("Each arm at its last round", tuple(
-            Row(label, ("fedpac_fmnist/" + folder,), FINAL,
-                ("FedPAC", "2", "Fashion-MNIST/20clients_frac1.0", f"FedPAC[{arm}]", "acc"),
-                repeat_of="fedpac_table1.md" if arm == "Both" else None)
+        Section("Each arm after 200 rounds", _run_rows("fedpac/table2_fmnist", T2_PAPER, [
+            ((label, f"FedPAC[{arm}]"), folder) for label, folder, arm in ABLATION_ARMS]), paper_rounds=200,
+            note=RUN_TABLE_NOTE.format(folder="fedpac/table2_fmnist")),
+        Section("The earlier runs, each arm at its last round", tuple(
+            Row(label, ("fedpac_fmnist/" + folder,), FINAL, (*T2_PAPER, f"FedPAC[{arm}]", "acc"),
+                repeat_of="fedpac_table1.md" if arm == "Both" else None, superseded_by="table2_fmnist/" + folder)
             for label, folder, arm in ABLATION_ARMS)
-        , paper_rounds=200),
-        Section("Every arm at the same round", tuple(
+        , paper_rounds=200,
+            note="An arm is counted here until its 200-round run above has results, then only there."),
+        Section("The earlier runs, every arm at the same round", tuple(
             Row(label, ("fedpac_fmnist/" + folder,), "100 * mean(personalized_history[round={round}].accuracy)",
-                ("FedPAC", "2", "Fashion-MNIST/20clients_frac1.0", f"FedPAC[{arm}]", "acc"),
-                rounds="personalized_history[round={round}].round")
+                (*T2_PAPER, f"FedPAC[{arm}]", "acc"), rounds="personalized_history[round={round}].round")
             for label, folder, arm in ABLATION_ARMS)
         , paper_rounds=200, counted=False, same_round=True,
             why_not="the same runs as above, read at an earlier round"),
+    ),
+)
+
+FEDPAC_TABLE3 = Page(
+    slug="fedpac_table3",
+    title="FedPAC, Table 3: concept shift on Fashion-MNIST",
+    citation=FEDPAC_CITE + " Table 3 (final test accuracy, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=(
+        "Setting (paper Section 6.2, 'Robustness to Concept Shift'): Table 1's 20-client partition (600 training "
+        "and 600 test images per client, s = 20 %, dominant classes by group `i mod 5`), then every group of "
+        "clients permutes its labels with its own permutation (`concept_shift` partition; the permutations are "
+        "drawn from the seed and shared by a client's training and test split); full participation; "
+        + FEDPAC_SETTING + " FedPAC and Ditto (the paper's best baseline here) have three seeds, the others one."),
+    sections=(
+        Section("20 clients, full participation", _run_rows(
+            "fedpac/table3_fmnist", ("FedPAC", "3", "FMNIST/concept_shift_20clients"), [
+                ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
+                ("pFedMe", "pfedme"), ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")]),
+            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table3_fmnist")),
     ),
 )
 
@@ -224,10 +305,11 @@ FEDPAC_TABLE4 = Page(
     title="FedPAC, Table 4: more baselines on Fashion-MNIST",
     citation=FEDPAC_CITE + " Table 4, appendix (final test accuracy, %).",
     data="the paper's (Fashion-MNIST)",
-    intro=("Setting: as Table 1, 20 clients, full participation (see `fedpac_table1.md`); "
-           "`python benchmarks/paper/run_table.py fedpac/table1_fmnist` runs these methods too (one run file per "
-           "cell in `benchmarks/paper/fedpac/table1_fmnist/`). HypCluster is IFCA with k server "
-           "models; FedEM has M mixture components."),
+    intro=("Setting: as Table 1 (see `fedpac_table1.md`); "
+           "`python benchmarks/paper/run_table.py fedpac/table1_fmnist` runs the 20-client cells too (one run file per "
+           "cell in `benchmarks/paper/fedpac/table1_fmnist/`), `fedpac/table1_fmnist_100clients` the 100-client "
+           "ones. HypCluster is IFCA with k server models; FedEM has M mixture components; FedEM-FT fine-tunes "
+           "FedEM's model locally, which pflax's `fedem` cannot express yet, so those cells have no run file."),
     sections=(
         Section("20 clients, full participation", _fedpac_t1(FMNIST20, [
             ("FedProx", "table1_fmnist/fedprox", "pflax"),
@@ -235,22 +317,131 @@ FEDPAC_TABLE4 = Page(
             ("HypCluster (k=3)", "table1_fmnist/hypcluster__k_3", "pflax"),
             ("HypCluster (k=5)", "table1_fmnist/hypcluster__k_5", "pflax"),
             ("FedEM (M=3)", "table1_fmnist/fedem__m_3", "pflax"),
+            ("FedEM-FT (M=3)", "table1_fmnist/fedem_ft__m_3", "pflax", NO_FEDEM_FT),
+            ("FedEM (M=5)", "table1_fmnist/fedem__m_5", "pflax", "fedpac/table1_fmnist/fedem__m_5.toml"),
+            ("FedEM-FT (M=5)", "table1_fmnist/fedem_ft__m_5", "pflax", NO_FEDEM_FT),
         ]) + (Row("FedPAC", ("fedpac_fmnist/both",), FINAL, ("FedPAC", "4", FMNIST20, "FedPAC (ours)", "acc"),
                   repeat_of="fedpac_table1.md"),), paper_rounds=200),
+        Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
+            ("FedProx", "table1_fmnist_100clients/fedprox", "pflax", T1_100 + "fedprox.toml"),
+            ("SCAFFOLD", "table1_fmnist_100clients/scaffold", "pflax", T1_100 + "scaffold.toml"),
+            ("HypCluster (k=3)", "table1_fmnist_100clients/hypcluster__k_3", "pflax", T1_100 + "hypcluster__k_3.toml"),
+            ("HypCluster (k=5)", "table1_fmnist_100clients/hypcluster__k_5", "pflax", T1_100 + "hypcluster__k_5.toml"),
+            ("FedEM (M=3)", "table1_fmnist_100clients/fedem__m_3", "pflax", T1_100 + "fedem__m_3.toml"),
+            ("FedEM-FT (M=3)", "table1_fmnist_100clients/fedem_ft__m_3", "pflax", NO_FEDEM_FT),
+            ("FedEM (M=5)", "table1_fmnist_100clients/fedem__m_5", "pflax", T1_100 + "fedem__m_5.toml"),
+            ("FedEM-FT (M=5)", "table1_fmnist_100clients/fedem_ft__m_5", "pflax", NO_FEDEM_FT),
+        ]) + (Row("FedPAC", ("table1_fmnist_100clients/fedpac",), FINAL,
+                  ("FedPAC", "4", FMNIST100, "FedPAC (ours)", "acc"), repeat_of="fedpac_table1.md"),),
+            paper_rounds=200, note="30 of the 100 clients train in each round; every client is evaluated."),
+    ),
+)
+
+FEDPAC_TABLE5 = Page(
+    slug="fedpac_table5",
+    title="FedPAC, Table 5: comparison with FedProto on Fashion-MNIST",
+    citation=FEDPAC_CITE + " Table 5, appendix C.5 (final test accuracy, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=(
+        "Setting: Table 1's 20-client federation with full participation (see `fedpac_table1.md`). FedProto-G "
+        "regularises each client's local training with the global class prototypes and exchanges no model "
+        "(pflax's `fedproto`, lam = 1; run file `benchmarks/paper/fedpac/table5_fmnist/fedproto_g.toml`). "
+        "FedProto-L uses only each client's own prototypes, without any communication; `fedproto` has no switch "
+        "for that, so it has no run file. Local-only, FedAvg-FT and FedPAC are Table 1's cells, repeated here for "
+        "the ordering."),
+    sections=(
+        Section("20 clients, full participation", (
+            Row("Local-only", ("table1_fmnist/local_only",), FINAL,
+                ("FedPAC", "5", "FMNIST/20clients", "Local-only", "acc"), repeat_of="fedpac_table1.md"),
+            Row("FedAvg-FT", ("table1_fmnist/fedavg_ft/from_fedavg.json",), LAST_EVAL,
+                ("FedPAC", "5", "FMNIST/20clients", "FedAvg-FT", "acc"), kind="fedavg_eval",
+                repeat_of="fedpac_table1.md"),
+        ) + _run_rows("fedpac/table5_fmnist", ("FedPAC", "5", "FMNIST/20clients"), [
+            ("FedProto-G", "fedproto_g"),
+            ("FedProto-L", "fedproto_l", "fedproto's Config has no local-prototype variant (FedProto-L)")]) + (
+            Row("FedPAC", ("fedpac_fmnist/both",), FINAL, ("FedPAC", "5", "FMNIST/20clients", "FedPAC", "acc"),
+                repeat_of="fedpac_table1.md"),),
+            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table5_fmnist")),
+    ),
+)
+
+FEDPAC_TABLE6 = Page(
+    slug="fedpac_table6",
+    title="FedPAC, Table 6: imbalanced client sizes on Fashion-MNIST",
+    citation=FEDPAC_CITE + " Table 6, appendix C.6 (final test accuracy, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=(
+        "Setting (paper Appendix C.6): 20 clients, full participation; each client's training size is drawn "
+        "uniformly from {300, 600, 1200} (`client_sizes` partition, drawn from the seed) with Table 1's label skew "
+        "(s = 20 %, dominant classes by group `i mod 5`); every client keeps 600 test images of its own label "
+        "distribution; " + FEDPAC_SETTING + " HypCluster and FedEM: the table gives no k or M; the run files use "
+        "3. FedPAC and FedAvg-FT (the paper's best baseline here) have three seeds, the others one."),
+    sections=(
+        Section("20 clients, full participation", _run_rows(
+            "fedpac/table6_fmnist", ("FedPAC", "6", "FMNIST/size_imbalanced_20clients"), [
+                ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
+                ("Fed-RoD", "fedrod"), ("pFedHN", "pfedhn"), ("HypCluster", "hypcluster"), ("FedEM", "fedem"),
+                ("FedPAC", "fedpac")]),
+            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table6_fmnist")),
+    ),
+)
+
+FEDPAC_TABLE8 = Page(
+    slug="fedpac_table8",
+    title="FedPAC, Table 8: Dirichlet allocation on Fashion-MNIST",
+    citation=FEDPAC_CITE + " Table 8, appendix C.8 (final test accuracy, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=(
+        "Setting (paper Appendix C.8): 100 clients, 30 of them training in each round, every client evaluated; "
+        "each class is split over the clients with shares drawn from Dir(1.0), over the whole training set (600 "
+        "images per client on average) and, with the same shares, the test set (`dirichlet` partition, at least "
+        "10 training images per client); " + FEDPAC_SETTING + " HypCluster and FedEM: the table gives no k or M; "
+        "the run files use 3. FedPAC and FedAvg-FT (the paper's best baseline here) have three seeds, the others "
+        "one."),
+    sections=(
+        Section("100 clients, participation C = 0.3", _run_rows(
+            "fedpac/table8_fmnist", ("FedPAC", "8", "FMNIST/dirichlet_beta1.0_100clients_frac0.3"), [
+                ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
+                ("FedFomo", "fedfomo"), ("pFedHN", "pfedhn"), ("HypCluster", "hypcluster"), ("FedEM", "fedem"),
+                ("FedPAC", "fedpac")]),
+            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table8_fmnist")),
+    ),
+)
+
+FEDPAC_TABLE10 = Page(
+    slug="fedpac_table10",
+    title="FedPAC, Table 10: feature skew (rotation) on Fashion-MNIST",
+    citation=FEDPAC_CITE + " Table 10, appendix C.10 (final test accuracy, %).",
+    data="the paper's (Fashion-MNIST), with our rotation angles",
+    intro=(
+        "Setting (paper Appendix C.10): 20 clients, full participation; 'we rotate the images in each group with a "
+        "certain degree'. The paper gives neither the angles nor the label split: pflax's `rotation` partition "
+        "rotates group `i mod 5` by 0, 72, 144, 216 or 288 degrees, with labels drawn uniformly (s = 1.0), 600 "
+        "training and 600 test images per client; " + FEDPAC_SETTING + " FedPAC and Ditto (the paper's best "
+        "baseline here) have three seeds, the others one."),
+    sections=(
+        Section("20 clients, full participation", _run_rows(
+            "fedpac/table10_fmnist", ("FedPAC", "10", "FMNIST/feature_skew_rotation_20clients"), [
+                ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
+                ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")]),
+            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table10_fmnist")),
     ),
 )
 
 _COLLAB_METRICS = (("Acc", True, True), ("IPR", False, True), ("RSD", False, False))
 
 
-def _fedcollab(rows: list[tuple[str, str, str, str]]) -> tuple[Section, ...]:
-    """Sections Acc / IPR / RSD from (label, key in results.json "methods", paper table, paper method)."""
+def _fedcollab(rows: list[tuple[str, str, str, str]], acc_only: tuple[Row, ...] = ()) -> tuple[Section, ...]:
+    """Sections Acc / IPR / RSD from (label, key in results.json "methods", paper table, paper method);
+    ``acc_only`` rows are added to the Acc section only."""
     sections = []
     for metric, counted, higher in _COLLAB_METRICS:
         picked = tuple(Row(label, ("fedcollab_fmnist/results.json",), f'methods["{key}"].{metric}',
                            ("FedCollab", table, "LabelShift_FMNIST", paper_method, metric + "_mean"), kind="fedcollab",
                            repeat_of=repeat)
                        for label, key, table, paper_method, repeat in rows if not (metric != "Acc" and key == "Local"))
+        if metric == "Acc":
+            picked += acc_only
         why = {"Acc": "", "IPR": "IPR is a share of clients (steps of 5 points with 20 clients), not an accuracy",
                "RSD": "RSD is a spread of accuracies, not an accuracy"}[metric]
         sections.append(Section(metric, picked, paper_rounds=200, counted=counted, why_not=why,
@@ -267,15 +458,56 @@ _COLLAB_INTRO = (
     "over 5 seeds, ours is one seed. Our 200-round run reuses the distance matrix of an earlier run with "
     "the same seed and settings (`benchmarks/results/fedcollab_fmnist/rounds40/results.json`).")
 
+C1 = "fedcollab/fedcollab_table1_fmnist/"
+NO_COLLAB_BASE = ("benchmarks/fedcollab_fmnist.py trains FedAvg only inside the coalitions; it needs an option to "
+                  "train a base algorithm from its run file (estimate from the base's run file)")
+_COLLAB_BASES = (("FedProx", "fedprox"), ("FedNova", "fednova"), ("Finetune", "finetune"),
+                 ("Per-FedAvg", "perfedavg"), ("pFedMe", "pfedme"), ("Ditto", "ditto"))
+
 FEDCOLLAB_TABLE1 = Page(
     slug="fedcollab_table1",
     title="FedCollab, Table 1: label-shift Fashion-MNIST",
     citation=FEDCOLLAB_CITE + " Table 1 (mean over 5 seeds, %).",
     data="the paper's (Fashion-MNIST)",
-    intro=_COLLAB_INTRO,
+    intro=_COLLAB_INTRO + (
+        " The other base algorithms of the table, without FedCollab (all 20 clients in one federation), have run "
+        "files in `benchmarks/paper/fedcollab/fedcollab_table1_fmnist/` (partition `fedcollab_label_shift`, the "
+        "same MLP and plain SGD, each method's hyper-parameters as the official code's defaults; FedNova, the "
+        "paper's best of them, with three seeds); they are read for Acc only. Their '+ FedCollab' cells have no "
+        "run file yet (`benchmarks/paper/fedcollab/README.md`)."),
     sections=_fedcollab([("Local", "Local", "1", "Local Train", None),
                          ("FedAvg", "FedAvg", "1", "FedAvg", None),
-                         ("FedAvg + FedCollab", "FedAvg + FedCollab", "1", "FedAvg+FedCollab", None)]),
+                         ("FedAvg + FedCollab", "FedAvg + FedCollab", "1", "FedAvg+FedCollab", None)],
+                        acc_only=tuple(row for label, cell in _COLLAB_BASES for row in _run_rows(
+                            "fedcollab/fedcollab_table1_fmnist", ("FedCollab", "1", "LabelShift_FMNIST"), [
+                                (label, cell),
+                                ((f"{label} + FedCollab", f"{label}+FedCollab"), f"{cell}__fedcollab", NO_COLLAB_BASE,
+                                 f"{C1}{cell}.toml")],
+                            metric="Acc_mean"))),
+)
+
+FEDCOLLAB_TABLE2 = Page(
+    slug="fedcollab_table2",
+    title="FedCollab, Table 2: clustered FL on label-shift Fashion-MNIST",
+    citation=FEDCOLLAB_CITE + " Table 2 (mean over 5 seeds, %).",
+    data="the paper's (Fashion-MNIST)",
+    intro=(
+        "Setting: Table 1's label-shift Fashion-MNIST (`fedcollab_table1.md`; partition `fedcollab_label_shift`), "
+        "the same MLP, plain SGD with lr 0.1, batch 32, 1 local epoch, full participation, 200 rounds. IFCA "
+        "(k = 4 cluster models) and FeSEM (K = 4 centres) use the setting's number of label groups, which the "
+        "paper does not give; FedCluster is CFL (Sattler et al.), pflax's `cfl` with its defaults, three seeds as "
+        "the paper's best baseline. KMeans (k-means over client models before FL) is not in pflax's registry, so "
+        "it has no run file. FedCollab is Table 1's cell, repeated for the ordering."),
+    sections=(
+        Section("Acc", _run_rows("fedcollab/fedcollab_table2_fmnist", ("FedCollab", "2", "LabelShift_FMNIST"), [
+            ("IFCA", "ifca"), ("FedCluster", "fedcluster"), ("FeSEM", "fesem"),
+            ("KMeans", "kmeans", "KMeans (k-means clustering of client models before FL) is not in pflax's registry"),
+        ], metric="Acc_mean") + (
+            Row("FedCollab+FedAvg", ("fedcollab_fmnist/results.json",), 'methods["FedAvg + FedCollab"].Acc',
+                ("FedCollab", "2", "LabelShift_FMNIST", "FedCollab+FedAvg", "Acc_mean"), kind="fedcollab",
+                repeat_of="fedcollab_table1.md"),),
+            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedcollab/fedcollab_table2_fmnist")),
+    ),
 )
 
 FEDCOLLAB_TABLE3 = Page(
@@ -351,8 +583,8 @@ FEDPICK_TABLE4 = Page(
                              ("w/o Ensemble", "wo_ensemble", None)]),
 )
 
-PAGES = (FEDPAC_TABLE1, FEDPAC_TABLE2, FEDPAC_TABLE4, FEDCOLLAB_TABLE1, FEDCOLLAB_TABLE3, FEDPICK_TABLE2,
-         FEDPICK_TABLE4)
+PAGES = (FEDPAC_TABLE1, FEDPAC_TABLE2, FEDPAC_TABLE3, FEDPAC_TABLE4, FEDPAC_TABLE5, FEDPAC_TABLE6, FEDPAC_TABLE8,
+         FEDPAC_TABLE10, FEDCOLLAB_TABLE1, FEDCOLLAB_TABLE2, FEDCOLLAB_TABLE3, FEDPICK_TABLE2, FEDPICK_TABLE4)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -472,6 +704,98 @@ def evaluate(expr: str, data) -> float:
 
 
 # --------------------------------------------------------------------------------------------------
+# CPU time of the cells not run yet
+# --------------------------------------------------------------------------------------------------
+
+# A finished run per method in FedPAC's 20-client setting (20 clients train each round, 600 images each,
+# the CNN), measured on the project's 2-core CPU: its seconds per round (total_s / rounds, compilation and
+# evaluations included) are the basis of every estimate for that method.
+TIMING_REFERENCE = {
+    "fedpac": "fedpac_fmnist/both/results.json",
+    "local_only": "table1_fmnist/local_only/results.json",
+    "fedavg": "table1_fmnist/fedavg/results.json",
+    "fedavg_ft": "table1_fmnist/fedavg_ft/results.json",
+    "fedper": "table1_fmnist/fedper/results.json",
+    "lg_fedavg": "table1_fmnist/lg_fedavg/results.json",
+    "fedrep": "table1_fmnist/fedrep/results.json",
+    "fedbabu": "table1_fmnist/fedbabu/results.json",
+    "fedrod": "table1_fmnist/fed_rod/results.json",
+    "knnper": "table1_fmnist/knn_per/results.json",
+    "apfl": "table1_fmnist/apfl/results.json",
+    "pfedme": "table1_fmnist/pfedme/results.json",
+    "ditto": "table1_fmnist/ditto/results.json",
+    "fedfomo": "table1_fmnist/fedfomo/results.json",
+    "pfedhn": "table1_fmnist/pfedhn/results.json",
+    "fedprox": "table1_fmnist/fedprox/results.json",
+    "scaffold": "table1_fmnist/scaffold/results.json",
+    "hypcluster": "table1_fmnist/hypcluster__k_3/results.json",
+    "fedem": "table1_fmnist/fedem__m_3/results.json",
+}
+# Methods without a timed run, and the timed method whose rounds cost about the same.
+TIMING_STAND_IN = {"fedproto": "fedavg", "fednova": "fedavg", "perfedavg": "fedavg", "cfl": "fedavg",
+                   "fesem": "fedavg", "ifca": "hypcluster"}
+# FedCollab's label-shift setting (the MLP, 1 local epoch): its FedAvg run's seconds per round, scaled per
+# method by the ratio of that method's to FedAvg's seconds per round in FedPAC's setting.
+COLLAB_TIMING = ("fedcollab_fmnist/results.json", "FedAvg")
+REFERENCE_CLIENTS = 20
+REFERENCE_TRAIN = 600
+# Clients are padded to the largest one and every client takes that many minibatches per epoch, so the
+# cost follows the largest client. A Dirichlet split's largest client is not in its run file: FedPAC Table 8's
+# split (100 clients, beta = 1) pads to 1006-1156 images for seeds 0-2, about this many times the mean.
+DIRICHLET_PADDING = 1.8
+
+
+def _seconds_per_round(algorithm: str) -> float:
+    algorithm = TIMING_STAND_IN.get(algorithm, algorithm)
+    data = json.loads((RESULTS / TIMING_REFERENCE[algorithm]).read_text())
+    return data["timing"]["total_s"] / data["rounds_completed"]
+
+
+def cpu_estimate(run_file: str) -> dict:
+    """Estimated CPU time of the run file ``benchmarks/paper/<run_file>`` (all its seeds), from measured runs.
+
+    seconds = seeds x rounds x (seconds per round of the method's timed run) x (clients training per round /
+    20) x (the largest client's training images / 600) x (FedEM: M / 3; the clustered methods: k / 3), where
+    the timed run is
+    ``TIMING_REFERENCE``'s (or a stand-in's, ``TIMING_STAND_IN``). In FedCollab's label-shift setting the
+    per-round seconds are its FedAvg run's, times the method's cost relative to FedAvg above.
+
+    Returns:
+      ``{"seconds", "seeds" (how many), "seed_list", "rounds"}``.
+    """
+    spec = tomllib.loads((RUN_FILES / run_file).read_text())
+    algorithm = spec["algorithm"]
+    seed_list = list(spec.get("seeds", [spec.get("seed", 0)]))
+    seeds, rounds = len(seed_list), int(spec.get("rounds", 200))
+    partition, data, config = spec.get("partition", {}), spec.get("data", {}), spec.get("config", {})
+    per_round = _seconds_per_round(algorithm)
+    if algorithm == "fedem":
+        per_round *= config.get("num_components", 3) / 3
+    elif algorithm in ("hypcluster", "ifca", "fesem"):
+        per_round *= config.get("num_clusters", 3) / 3
+    if partition.get("name") == "fedcollab_label_shift":
+        path, method = COLLAB_TIMING
+        collab = json.loads((RESULTS / path).read_text())
+        fedavg = collab["methods"][method]["seconds"] / collab["fl_rounds"]
+        per_round = fedavg * per_round / _seconds_per_round("fedavg")
+    else:
+        clients = int(partition.get("clients", REFERENCE_CLIENTS))
+        per_round *= max(1, round(spec.get("fraction", 1.0) * clients)) / REFERENCE_CLIENTS
+        if partition.get("name") == "client_sizes":
+            per_round *= max(partition.get("sizes", [300, 600, 1200])) / REFERENCE_TRAIN
+        elif partition.get("name") == "dirichlet":
+            per_round *= DIRICHLET_PADDING
+        else:
+            per_round *= data.get("train_per_client", REFERENCE_TRAIN) / REFERENCE_TRAIN
+    return {"seconds": seeds * rounds * per_round, "seeds": seeds, "seed_list": seed_list, "rounds": rounds}
+
+
+def fmt_duration(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:.1f} h" if hours >= 1 else f"{max(1, round(seconds / 60))} min"
+
+
+# --------------------------------------------------------------------------------------------------
 # Reading results and paper numbers
 # --------------------------------------------------------------------------------------------------
 
@@ -489,10 +813,13 @@ def expand(pattern: str) -> list[Path]:
     return sorted(p for p in RESULTS.glob(pattern) if p.is_file())
 
 
-def expected_files(pattern: str) -> list[str]:
-    """What a row that has not run yet would read (shown on the page)."""
+def expected_files(pattern: str, seeds: tuple = (0,)) -> list[str]:
+    """What a row that has not run yet would read (shown on the page): a run file with several seeds
+    writes one ``seed<k>/`` folder per seed."""
     if any(c in pattern for c in "*?[") or pattern.endswith(".json"):
         return [f"benchmarks/results/{pattern}"]
+    if len(seeds) > 1:
+        return [f"benchmarks/results/{pattern}/seed{k}/results.json" for k in seeds]
     return [f"benchmarks/results/{pattern}/results.json"]
 
 
@@ -510,6 +837,8 @@ class Cell:
     paper: float | None = None
     status: str = ""
     complete: bool = False
+    estimate_s: float | None = None  # CPU time of a cell not run yet, when it has a run file
+    superseded: bool = False  # a later run of the same paper cell has results (Row.superseded_by)
 
     @property
     def mean(self) -> float | None:
@@ -564,14 +893,34 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             if row.paper not in paper:
                 raise SystemExit(f"row {row.method!r}: no paper number {row.paper} in {PAPER_CSV}")
             cell.paper = paper[row.paper]
+        if not files and row.run_file is not None:
+            cell.estimate_s = cpu_estimate(row.run_file)["seconds"]
+        cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
         cell.status, cell.complete = _status(cell, section)
         cells.append(cell)
     return cells, at
 
 
+def _not_run_status(row: Row) -> str:
+    """"not run yet", the cell's run file and its CPU-time estimate, or why it has no run file."""
+    parts = ["not run yet"]
+    if row.missing:
+        parts.append(f"no run file: {row.missing}")
+    elif row.run_file is not None:
+        parts.append(f"run file `benchmarks/paper/{row.run_file}`")
+    if row.run_file is not None:
+        est = cpu_estimate(row.run_file)
+        seeds = f"{est['seeds']} seeds" if est["seeds"] > 1 else "1 seed"
+        parts.append(f"about {fmt_duration(est['seconds'])} of CPU ({seeds} x {est['rounds']} rounds)")
+    return "; ".join(parts)
+
+
 def _status(cell: Cell, section: Section) -> tuple[str, bool]:
     if not cell.files:
-        return "not run yet", False
+        status = _not_run_status(cell.row)
+        if cell.row.repeat_of:
+            status += f"; repeated from {cell.row.repeat_of}"
+        return status, False
     done, planned = min(cell.rounds), min(cell.planned)
     if section.same_round:
         status, complete = f"read at round {done}", False
@@ -583,6 +932,8 @@ def _status(cell: Cell, section: Section) -> tuple[str, bool]:
         status, complete = "complete", True
     if cell.row.repeat_of:
         status += f"; repeated from {cell.row.repeat_of}"
+    if cell.superseded:
+        status += f"; superseded by `benchmarks/results/{cell.row.superseded_by}`"
     return status, complete
 
 
@@ -675,7 +1026,7 @@ def fmt_rounds(cell: Cell, section: Section) -> str:
 
 
 def counted(cell: Cell, section: Section) -> bool:
-    return section.counted and cell.row.repeat_of is None and cell.gap is not None
+    return section.counted and cell.row.repeat_of is None and not cell.superseded and cell.gap is not None
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -691,7 +1042,9 @@ HOW_TO_READ = (
     "value read from each results file; **paper**: the paper's number "
     "(`benchmarks/paper/paper_numbers.csv`); **gap** = ours − paper, in points; **rounds**: rounds our "
     "number is after / rounds of the paper's number; **status**: complete, shorter run (finished, with "
-    "fewer rounds than the paper), in progress (the run itself is not finished), or not run yet; "
+    "fewer rounds than the paper), in progress (the run itself is not finished), or not run yet (with the "
+    "cell's run file and an estimate of its CPU time on the project's 2-core CPU, or what pflax lacks for the "
+    "cell to have a run file; `README.md` says how the estimates are made); "
     "**counted**: whether the cell enters the scoreboard (`README.md`); **src**: the row of the Sources "
     "table below that names the results file(s), the field read, the paper cell and the command.")
 
@@ -726,20 +1079,44 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
                          str(len(c.files)), c.status, "yes" if counted(c, section) else "no", c.ref])
         out += table(["method", "ours", "paper", "gap", "rounds", "seeds", "status", "counted", "src"], rows)
         out += ["", ordering_text(cells, section)]
+        missing = not_run(cells)
+        if missing["cells"]:
+            out += ["", f"**Not run yet:** {missing['cells']} cell{'s' if missing['cells'] > 1 else ''}"
+                        f" ({missing['with run file']} with a run file), about {fmt_duration(missing['seconds'])} "
+                        "of CPU for those with one."]
     out += ["", "## Sources", "",
             "Files are relative to the repository root. Commands are rebuilt from what each results file "
             "recorded (for `pflax run`: its `args`, with `DATA` for the datasets folder and `--out` the folder "
             "the file is committed in); `DIR` stands for a machine-specific path in a recorded command.", ""]
     rows = []
     for c in refs:
+        seeds = cpu_estimate(c.row.run_file)["seed_list"] if c.row.run_file and not c.row.missing else (0,)
         files = c.files and [p.relative_to(REPO).as_posix() for p in c.files] or \
-            [f for pattern in c.row.files for f in expected_files(pattern)]
+            [f for pattern in c.row.files for f in expected_files(pattern, seeds)]
         paper_row = DASH if c.row.paper is None else " · ".join(c.row.paper)
-        commands = "<br>".join(f"`{cmd}`" for cmd in c.commands) or DASH
+        commands = c.commands
+        if not commands and c.row.run_file is not None and not c.row.missing:
+            folder, cell = c.row.run_file.rsplit("/", 1)
+            commands = [f"python benchmarks/paper/run_table.py {folder} {cell.removesuffix('.toml')}"]
+        commands = "<br>".join(f"`{cmd}`" for cmd in commands) or DASH
         rows.append([c.ref, "<br>".join(f"`{f}`" for f in files), f"`{c.value_expr}`", f"`{c.rounds_expr}`",
                      paper_row, commands])
     out += table(["src", "results file(s)", "value read", "rounds read", "paper row", "command(s)"], rows)
     return RenderedPage(page, "\n".join(out) + "\n", sections)
+
+
+def not_run(cells: list[Cell]) -> dict:
+    """Cells with no results file yet (repeats of another page's cell left out): how many, how many of them
+    have a run file, and their estimated CPU seconds."""
+    out = {"cells": 0, "with run file": 0, "seconds": 0.0}
+    for c in cells:
+        if c.files or c.row.repeat_of:
+            continue
+        out["cells"] += 1
+        if c.row.run_file is not None and not c.row.missing:
+            out["with run file"] += 1
+            out["seconds"] += c.estimate_s
+    return out
 
 
 def score(rendered: RenderedPage) -> dict[str, int]:
@@ -785,6 +1162,31 @@ def render_readme(rendered: list[RenderedPage]) -> str:
         "runs in progress) are provisional. Methods not run yet have no cell.", "",
     ]
     out += table(header, rows)
+    out += ["", "## Cells not run yet", "",
+            "Cells of these pages with no results file yet, and an estimate of their CPU time, all seeds "
+            "included. Each page lists them with their run files (`benchmarks/paper/<paper>/<table>/<cell>.toml`; "
+            "`python benchmarks/paper/run_table.py <paper>/<table>` runs and resumes a table) or with what pflax "
+            "lacks for them to have one. The estimate is seeds × rounds × the seconds per round of a finished run "
+            "of the same method in FedPAC's 20-client setting on the project's 2-core CPU (its total time over "
+            "its rounds; a method without a timed run borrows one whose rounds cost about the same), scaled by "
+            "the clients training per round over 20, the largest client's training images over 600 (clients are "
+            "padded to the largest, whose minibatches every client takes), and for FedEM and the clustered methods "
+            "the number of models over 3; in FedCollab's label-shift setting the FedAvg "
+            "run of `benchmarks/results/fedcollab_fmnist/` sets the seconds per round. Timings on a shared CPU "
+            "vary by a factor of two or more, so these are orders of magnitude.", ""]
+    cost_rows, total = [], {"cells": 0, "with run file": 0, "seconds": 0.0}
+    for r in rendered:
+        m = not_run([c for _, cells in r.sections for c in cells])
+        if not m["cells"]:
+            continue
+        for k in total:
+            total[k] += m[k]
+        cost_rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", str(m["cells"]), str(m["with run file"]),
+                          str(m["cells"] - m["with run file"]), fmt_duration(m["seconds"])])
+    cost_rows.append(["**all pages**", str(total["cells"]), str(total["with run file"]),
+                      str(total["cells"] - total["with run file"]), fmt_duration(total["seconds"])])
+    out += table(["results page", "cells not run yet", "with a run file", "without one", "CPU time (estimate)"],
+                 cost_rows)
     out += ["", "## Pages", ""]
     for r in rendered:
         out.append(f"- [{r.page.title}]({r.page.slug}.md)")

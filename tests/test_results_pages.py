@@ -102,6 +102,24 @@ def paper_csv() -> dict[tuple[str, ...], float]:
     return {(r["paper"], r["table"], r["setting"], r["method"], r["metric"]): float(r["value"]) for r in rows}
 
 
+RUN_FILE_IN_STATUS = re.compile(r"run file `(benchmarks/paper/[^`]+\.toml)`")
+
+
+def not_run_status_errors(where: str, status: str) -> list[str]:
+    """A cell not run yet names its run file (which exists) and an estimate of its CPU time, or says why it
+    has no run file."""
+    named = RUN_FILE_IN_STATUS.search(status)
+    if named:
+        if not (REPO / named.group(1)).is_file():
+            return [f"{where}: its run file {named.group(1)} does not exist"]
+        if not re.search(r"about [0-9.]+ (h|min) of CPU \(\d+ seeds? x 200 rounds\)", status):
+            return [f"{where}: no CPU-time estimate in its status {status!r}"]
+        return []
+    if "no run file: " not in status:
+        return [f"{where}: a cell not run yet names neither its run file nor why it has none: {status!r}"]
+    return []
+
+
 def check_page(text: str, paper: dict) -> tuple[list[str], int]:
     """(errors, numbers checked) for one page's text."""
     errors, checked = [], 0
@@ -124,8 +142,9 @@ def check_page(text: str, paper: dict) -> tuple[list[str], int]:
             value_expr, rounds_expr = src["value read"].strip("`"), src["rounds read"].strip("`")
             mean = None
             if row["ours"] == DASH:
-                if row["status"] != "not run yet" or row["seeds"] != "0" or any(f.exists() for f in files):
+                if not row["status"].startswith("not run yet") or row["seeds"] != "0" or any(f.exists() for f in files):
                     errors.append(f"{where}: no number printed, but its results file exists or status says otherwise")
+                errors += not_run_status_errors(where, row["status"])
             else:
                 if not all(f.is_file() for f in files):
                     errors.append(f"{where}: missing results file among {files}")
@@ -250,3 +269,64 @@ def test_a_wrong_field_is_caught():
                           "| s15 | `benchmarks/results/fedpac_fmnist/both/results.json` | `final_accuracy.worst` |")
     assert edited != text
     assert check_page(edited, paper_csv())[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# cells not run yet: run files, estimates and the README's cost table
+# ---------------------------------------------------------------------------------------------
+
+def test_every_run_file_of_the_tables_has_a_row():
+    """Every run file under benchmarks/paper/ is some page's cell (with a row naming it), so a run that
+    lands is shown; a run file that is not a paper cell would be listed here."""
+    gen = _generator()
+    named = {row.run_file for page in gen.PAGES for section in page.sections for row in section.rows
+             if row.run_file and not row.missing}
+    files = {p.relative_to(REPO / "benchmarks" / "paper").as_posix()
+             for p in (REPO / "benchmarks" / "paper").glob("*/*/*.toml")}
+    # the earlier folders read their results through other rows (old flags, repeated cells)
+    earlier = {f for f in files if f.startswith(("fedpac/table1_fmnist/", "fedpac/fedpac_fmnist/"))}
+    assert named <= files, f"rows name run files that do not exist: {sorted(named - files)}"
+    assert files - earlier <= named, f"run files no page shows: {sorted(files - earlier - named)}"
+
+
+def test_cpu_estimate_scales_with_seeds_clients_and_models():
+    gen = _generator()
+    one = gen.cpu_estimate("fedpac/table2_fmnist/none.toml")
+    three = gen.cpu_estimate("fedpac/table2_fmnist/both.toml")
+    assert (one["seeds"], three["seeds"], three["seed_list"]) == (1, 3, [0, 1, 2])
+    assert three["seconds"] == pytest.approx(3 * one["seconds"])  # same method and setting
+    t20 = gen.cpu_estimate("fedpac/table3_fmnist/fedbabu.toml")["seconds"]
+    t100 = gen.cpu_estimate("fedpac/table1_fmnist_100clients/fedbabu.toml")["seconds"]
+    assert t100 == pytest.approx(1.5 * t20)  # 30 clients train per round instead of 20
+    m3 = gen.cpu_estimate("fedpac/table1_fmnist_100clients/fedem__m_3.toml")["seconds"]
+    m5 = gen.cpu_estimate("fedpac/table1_fmnist_100clients/fedem__m_5.toml")["seconds"]
+    assert m5 == pytest.approx(5 / 3 * m3)
+    assert gen.fmt_duration(90) == "2 min" and gen.fmt_duration(5400) == "1.5 h"
+
+
+def test_readme_cost_table_adds_up():
+    (cost,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if t["header"][0] == "results page"]
+    total = cost["rows"][-1]
+    assert total["results page"] == "**all pages**"
+    for column in ("cells not run yet", "with a run file", "without one"):
+        assert int(total[column]) == sum(int(r[column]) for r in cost["rows"][:-1])
+    for r in cost["rows"][:-1]:
+        name = re.fullmatch(r"\[(.+)\]\((.+)\)", r["results page"]).group(2)
+        rows = [row for t in parse_tables((DOCS / name).read_text()) if t["header"][0] == "method"
+                for row in t["rows"] if row["ours"] == DASH and "repeated from" not in row["status"]]
+        assert len(rows) == int(r["cells not run yet"]), name
+        assert sum("no run file: " in row["status"] for row in rows) == int(r["without one"]), name
+
+
+def test_a_superseded_row_is_shown_but_not_counted(monkeypatch):
+    gen = _generator()
+    (section,) = [s for s in gen.FEDPAC_TABLE2.sections if s.title.startswith("The earlier runs, each arm")]
+    row = section.rows[0]
+    assert row.superseded_by == "table2_fmnist/none"
+    real = gen.expand
+    monkeypatch.setattr(gen, "expand", lambda pattern: real("fedpac_fmnist/none") if pattern == row.superseded_by
+                        else real(pattern))
+    cells, _ = gen.read_section(section, gen.paper_numbers(), [])
+    assert cells[0].superseded and not gen.counted(cells[0], section)
+    assert "superseded by `benchmarks/results/table2_fmnist/none`" in cells[0].status
+    assert not cells[1].superseded and gen.counted(cells[1], section)

@@ -487,3 +487,37 @@ def test_evaluated_model_record():
             evaluated_model(**args)
     with pytest.raises(ValueError, match="overwrite"):
         evaluated_model("m", 1, **{"stage_meaning": "x"})
+
+
+# ----------------------------------------------- the named partitions of FedPAC Table 6 and FedCollab's label shift
+def test_client_sizes_partition_draws_each_training_size_and_keeps_the_test_size():
+    from pflax.data import synthetic
+    from pflax.data.federations import federate
+
+    data = synthetic(train_per_class=300, test_per_class=100, image_size=4)
+    train, test = federate(data, "client_sizes", 8, test_per_client=30, seed=3, sizes=[20, 40])
+    assert np.asarray(train.sizes).tolist() == draw_sizes(8, (20, 40), seed=3).tolist()
+    assert np.asarray(test.sizes).tolist() == [30] * 8
+    again, _ = federate(data, "client_sizes", 8, test_per_client=30, seed=3, sizes=[20, 40])
+    assert np.array_equal(np.asarray(again.y), np.asarray(train.y))
+    # the label skew is FedPAC's: a client's dominant group holds most of its samples
+    counts = np.bincount(np.asarray(train.y[1])[: int(train.sizes[1])], minlength=10)
+    assert counts[GROUPS[1]].sum() >= 0.75 * counts.sum()
+    with pytest.raises(DataError, match="whole numbers"):
+        federate(data, "client_sizes", 4, sizes=[20.5])
+    with pytest.raises(DataError, match="at least one size"):
+        federate(data, "client_sizes", 4, sizes=[])
+
+
+def test_fedcollab_label_shift_partition_has_20_clients_half_of_them_small():
+    from pflax.data import synthetic
+    from pflax.data.federations import federate
+
+    data = synthetic(train_per_class=120, test_per_class=20, image_size=4)
+    train, test = federate(data, "fedcollab_label_shift", 20, seed=0, decay=1.0)
+    sizes = np.asarray(train.sizes)
+    assert train.num_clients == test.num_clients == 20
+    assert sizes[:10].min() > sizes[10:].max() > 0  # clients 10-19 keep e^-1 of their training part
+    assert np.asarray(test.sizes)[:10].tolist() == np.asarray(test.sizes)[10:].tolist()  # test parts unchanged
+    with pytest.raises(DataError, match="20 clients"):
+        federate(data, "fedcollab_label_shift", 10)

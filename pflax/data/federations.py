@@ -7,17 +7,19 @@ training distribution, as FedPAC and FedCollab evaluate). The partitioners thems
 :mod:`pflax.data.partition`, :mod:`pflax.data.transforms` and :mod:`pflax.suites`; this module only
 names them and fixes how their test splits are drawn.
 
-==============  ==========================================================  =========================
-name            split                                                       parameters (defaults)
-==============  ==========================================================  =========================
-fedpac          s % uniform + 80 % from a dominant class group (FedPAC)     ``s=0.2, wrap=True``
-dirichlet       every class over clients with Dirichlet(beta) shares        ``beta=0.5, min_size=10``
-pathological    each client sees a few classes, balanced                    ``classes_per_client=2``
-quantity_skew   FedPAC's split, half the clients large and half small       ``large=1200, small=300``
-concept_shift   FedPAC's split, labels permuted per client group            ``s=0.2``
-rotation        uniform labels, images rotated per client group             ``angles=[0,72,144,216,288]``
-domains         one client per digit domain (MNIST, MNIST-M, ...)           (dataset ``digits``)
-==============  ==========================================================  =========================
+=====================  ==========================================================  ===========================
+name                   split                                                       parameters (defaults)
+=====================  ==========================================================  ===========================
+fedpac                 s % uniform + 80 % from a dominant class group (FedPAC)     ``s=0.2, wrap=True``
+dirichlet              every class over clients with Dirichlet(beta) shares        ``beta=0.5, min_size=10``
+pathological           each client sees a few classes, balanced                    ``classes_per_client=2``
+quantity_skew          FedPAC's split, half the clients large and half small       ``large=1200, small=300``
+client_sizes           FedPAC's split, each client's size drawn from ``sizes``     ``sizes=[300,600,1200]``
+concept_shift          FedPAC's split, labels permuted per client group            ``s=0.2``
+rotation               uniform labels, images rotated per client group             ``angles=[0,72,144,216,288]``
+fedcollab_label_shift  FedCollab's label shift: 4 label groups, half small         ``decay=5.0``
+domains                one client per digit domain (MNIST, MNIST-M, ...)           (dataset ``digits``)
+=====================  ==========================================================  ===========================
 """
 from __future__ import annotations
 
@@ -94,6 +96,40 @@ def _quantity_skew(dataset: Dataset, num_clients, train_per_client, test_per_cli
             from_partition(dataset.x_test, dataset.y_test, test_idx))
 
 
+def _client_sizes(dataset: Dataset, num_clients, train_per_client, test_per_client, seed,
+                  sizes=(300, 600, 1200), s=0.2):
+    # FedPAC Table 6 (App. C.6): each client's training size drawn uniformly from `sizes` with the seed;
+    # every test split keeps test_per_client samples of the same label distribution.
+    from ..suites.fedpac import imbalanced_sizes
+
+    choices = []
+    for size in sizes:
+        if float(size) != int(size):
+            raise DataError(f"partition 'client_sizes': sizes must be whole numbers, got {size!r}")
+        choices.append(check_count(int(size), "sizes"))
+    if not choices:
+        raise DataError("partition 'client_sizes': sizes must name at least one size")
+    k = dataset.num_classes
+    train_idx = imbalanced_sizes(dataset.y_train, num_clients, choices, s, k, seed)
+    test_idx = fedpac_shards_sized(dataset.y_test, [test_per_client] * num_clients, s, k, groups=_groups(dataset))
+    return (from_partition(dataset.x_train, dataset.y_train, train_idx),
+            from_partition(dataset.x_test, dataset.y_test, test_idx))
+
+
+def _fedcollab_label_shift(dataset: Dataset, num_clients, train_per_client, test_per_client, seed, decay=5.0):
+    # FedCollab Sec. 5.1 (label shift): train and test pooled, 4 groups x 5 clients with the cluster4_0.25
+    # label shares, 1/7 of each client's share held out for testing, clients 10-19 keep e^-decay of their
+    # training part. The sizes are the setting's own; train_per_client and test_per_client are ignored.
+    from ..suites.fedcollab import fmnist_label_shift
+
+    if num_clients != 20:
+        raise DataError(f"partition 'fedcollab_label_shift' has 20 clients (4 groups of 5), got {num_clients}")
+    if dataset.num_classes != 10:
+        raise DataError(f"partition 'fedcollab_label_shift' needs a 10-class dataset, got {dataset.num_classes}")
+    x, y, train_idx, test_idx = fmnist_label_shift(dataset, seed=seed, decay=decay)
+    return from_partition(x, y, train_idx), from_partition(x, y, test_idx)
+
+
 def _concept_shift(dataset: Dataset, num_clients, train_per_client, test_per_client, seed, s=0.2):
     from ..suites.fedpac import concept_shift
 
@@ -131,10 +167,14 @@ PARTITIONS: dict[str, Partition] = {p.name: p for p in (
               {"classes_per_client": 2}, _pathological),
     Partition("quantity_skew", "FedPAC's split with half the clients 'large' and half 'small'",
               {"large": 1200, "small": 300, "s": 0.2}, _quantity_skew),
+    Partition("client_sizes", "FedPAC's split, each client's training size drawn from sizes (FedPAC Table 6)",
+              {"sizes": [300, 600, 1200], "s": 0.2}, _client_sizes),
     Partition("concept_shift", "FedPAC's split, then each client group permutes its labels (FedPAC Table 3)",
               {"s": 0.2}, _concept_shift),
     Partition("rotation", "uniform labels, each client group's images rotated by its angle (FedPAC Table 10)",
               {"angles": [0.0, 72.0, 144.0, 216.0, 288.0], "s": 1.0}, _rotation),
+    Partition("fedcollab_label_shift", "FedCollab's label shift: 20 clients in 4 label groups, clients 10-19 "
+              "small (FedCollab Tables 1-3)", {"decay": 5.0}, _fedcollab_label_shift),
     Partition("domains", "one client per digit domain: mnist, mnistm, inverse, rotated, noisy (dataset 'digits')",
               {}, _domains),
 )}

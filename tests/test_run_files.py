@@ -1,0 +1,105 @@
+"""The paper run files under benchmarks/paper/<paper>/<table>/ are complete, valid runs: each parses with
+RunSpec and resolves (algorithm, Config fields, partition and its parameters, model) without training or
+compiling anything, FedPAC's tables run the paper's 200 rounds, and every table's order.txt lists its cells."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pflax.experiment import RunSpec
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = REPO / "benchmarks" / "paper"
+RUN_FILES = sorted(TABLES.glob("*/*/*.toml"))
+TABLE_DIRS = sorted({p.parent for p in RUN_FILES})
+
+
+def _run_table():
+    spec = importlib.util.spec_from_file_location("run_table", TABLES / "run_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _name(path: Path) -> str:
+    return path.relative_to(TABLES).as_posix()
+
+
+def test_there_are_run_files():
+    assert len(RUN_FILES) >= 90 and len(TABLE_DIRS) >= 11
+
+
+@pytest.mark.parametrize("path", RUN_FILES, ids=_name)
+def test_run_file_parses_checks_and_resolves(path):
+    spec = RunSpec.from_file(path)
+    spec.check()
+    resolved = spec.resolved()  # names, Config fields and types, partition parameters, model: no training
+    resolved.check()
+    text = path.read_text()
+    assert text.startswith("# "), f"{_name(path)}: no comment header citing the paper"
+    assert re.search(r"\bTables? \d+", text.split("\n", 3)[0] + text.split("\n", 3)[1]), \
+        f"{_name(path)}: the header's first lines name no paper table"
+    assert resolved.data.get("data_dir") == "${PFLAX_DATASETS}", "name the data folder through PFLAX_DATASETS"
+    assert len(set(resolved.seeds)) == len(resolved.seeds)
+
+
+@pytest.mark.parametrize("path", [p for p in RUN_FILES if _name(p).startswith("fedpac/")], ids=_name)
+def test_fedpac_tables_run_200_rounds(path):
+    assert RunSpec.from_file(path).rounds == 200
+
+
+# Run files written before the files spelled out every hyper-parameter (they leave the Config's defaults out).
+TERSE = {"fedpac/fedpac_fmnist/" + arm for arm in ("both.toml", "none.toml", "fa_only.toml", "cc_only.toml")} | {
+    f"fedpac/table1_fmnist/{p.name}" for p in (TABLES / "fedpac" / "table1_fmnist").glob("*.toml")
+    if p.name != "fedem__m_5.toml"} | {
+    f"fedpac/table1_fmnist_100clients/{cell}.toml"
+    for cell in ("fedpac", "local_only", "fedavg", "fedavg_ft", "fedrod", "fedrep", "knnper")}
+
+
+@pytest.mark.parametrize("path", [p for p in RUN_FILES if _name(p) not in TERSE], ids=_name)
+def test_run_files_write_out_every_hyper_parameter(path):
+    """The cells' hyper-parameters can be read from the file alone: its [config] holds the whole Config and
+    its [partition] every parameter of the partition."""
+    written = tomllib.loads(path.read_text())
+    resolved = RunSpec.from_file(path).resolved()
+    assert set(written.get("config", {})) == set(resolved.config), f"{_name(path)}: Config fields left to defaults"
+    assert set(written["partition"]) == set(resolved.partition), f"{_name(path)}: partition parameters left out"
+
+
+@pytest.mark.parametrize("table", TABLE_DIRS, ids=_name)
+def test_order_lists_every_cell_once(table):
+    order = [line.strip() for line in (table / "order.txt").read_text().splitlines() if line.strip()]
+    assert len(order) == len(set(order)), f"{_name(table)}/order.txt names a cell twice"
+    assert sorted(order) == sorted(p.stem for p in table.glob("*.toml")), f"{_name(table)}: order.txt and cells differ"
+    assert [p.stem for p in _run_table().cells(table)] == order
+
+
+def test_table_folder_names_are_unique_across_papers():
+    """run_table.py writes a cell to benchmarks/results/<table>/<cell>/: two papers' folders of one name
+    would share results."""
+    names = [t.name for t in TABLE_DIRS]
+    assert len(names) == len(set(names)), sorted(names)
+
+
+def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
+    three = {_name(p) for p in RUN_FILES if len(RunSpec.from_file(p).seeds) == 3}
+    assert three == {
+        "fedpac/table2_fmnist/both.toml",
+        "fedpac/table3_fmnist/fedpac.toml", "fedpac/table3_fmnist/ditto.toml",
+        "fedpac/table6_fmnist/fedpac.toml", "fedpac/table6_fmnist/fedavg_ft.toml",
+        "fedpac/table8_fmnist/fedpac.toml", "fedpac/table8_fmnist/fedavg_ft.toml",
+        "fedpac/table10_fmnist/fedpac.toml", "fedpac/table10_fmnist/ditto.toml",
+        "fedcollab/fedcollab_table1_fmnist/fednova.toml", "fedcollab/fedcollab_table2_fmnist/fedcluster.toml",
+    }
+
+
+def test_run_table_lists_every_table(capsys):
+    assert _run_table().main(["--list"]) == 0
+    listed = dict(line.split(": ", 1) for line in capsys.readouterr().out.strip().splitlines())
+    assert sorted(listed) == [_name(t) for t in TABLE_DIRS]
