@@ -183,9 +183,9 @@ def test_codec_round_trips_typed_keys_and_refuses_a_mismatch():
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="Flower's Simulation Engine needs Ray: pip install 'flwr[simulation]>=1.41,<1.42'")
 def test_simulation_engine_matches_round(tmp_path):
-    # Ray starts threads and processes in whatever process calls it; a pytest worker that had hosted
-    # it later crashed in native code (a segfault in an unrelated test). So the simulation runs in a
-    # child process, which saves each round's server state; this process compares.
+    # Ray starts threads and processes in whatever process calls it and keeps some after shutdown, so the
+    # simulation runs in a child process, which saves each round's server state; this process compares.
+    # Two CPUs per client: one Ray worker, which imports JAX and loads the client's programs once.
     spec, train = _spec("fedpac", data_dir=str(tmp_path / "data")), _federation("fedpac")
     save_client_data(train, spec.data_dir)
     out = tmp_path / "server_states.npz"
@@ -196,7 +196,8 @@ def test_simulation_engine_matches_round(tmp_path):
         "from pflax.flower.apps import simulate\n"
         "spec = t._spec('fedpac', data_dir=sys.argv[2])\n"
         "states = []\n"
-        "simulate(spec, num_nodes=3, on_round=lambda s, m: states.append(s))\n"
+        "simulate(spec, num_nodes=3, on_round=lambda s, m: states.append(s),"
+        " backend_config={'client_resources': {'num_cpus': 2, 'num_gpus': 0.0}})\n"
         "leaves = jax.tree.leaves(states[-1].server)\n"
         "np.savez(sys.argv[3], rounds=np.array([int(s.round) for s in states]),"
         " **{f'leaf{i}': np.asarray(x) for i, x in enumerate(leaves)})\n"

@@ -22,9 +22,9 @@ def test_fedpac_cnn_shapes_and_torch_default_init():
     for dataset, shape, flat in [("fmnist", (2, 28, 28, 1), 800), ("cifar10", (2, 32, 32, 3), 576)]:
         model = fedpac_cnn(dataset)
         params = model.init(jax.random.PRNGKey(0), jnp.zeros(shape))
-        z = model.features(params["body"], jnp.zeros(shape))
+        z = jax.jit(model.features)(params["body"], jnp.zeros(shape))
         assert z.shape == (2, 128)
-        assert model.apply(params, jnp.zeros(shape)).shape == (2, 10)
+        assert jax.jit(model.apply)(params, jnp.zeros(shape)).shape == (2, 10)
         fc1 = params["body"]["TorchDense_0"]["kernel"]
         assert fc1.shape == (flat, 128)
         assert float(jnp.abs(fc1).max()) <= 1 / math.sqrt(flat) + 1e-7
@@ -117,10 +117,15 @@ def test_max_pool_matches_reduce_window_without_ties(h, w, seed):
     def reference(v):
         return jax.lax.reduce_window(v, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
 
-    out, vjp = jax.vjp(max_pool2, x)
-    ref, vjp_ref = jax.vjp(reference, x)
+    @jax.jit  # one program per shape instead of one per operation
+    def values_and_gradients(v, cotangent):
+        out, vjp = jax.vjp(max_pool2, v)
+        ref, vjp_ref = jax.vjp(reference, v)
+        return out, ref, vjp(cotangent)[0], vjp_ref(cotangent)[0]
+
+    out, ref, grad, grad_ref = values_and_gradients(x, g)
     np.testing.assert_array_equal(out, ref)
-    np.testing.assert_array_equal(vjp(g)[0], vjp_ref(g)[0])
+    np.testing.assert_array_equal(grad, grad_ref)
 
 
 def test_max_pool_gradient_matches_torch_if_available():
@@ -145,8 +150,9 @@ def test_cnn_hessian_vector_product_forward_over_reverse_equals_reverse_over_rev
     params = model.init(jax.random.PRNGKey(1), x[:1])
     loss = lambda p: masked_mean(cross_entropy(model.apply(p, x), y), jnp.ones(4))
     v = jax.tree.map(lambda a: jnp.full_like(a, 0.01), params)
-    forward = jax.jvp(jax.grad(loss), (params,), (v,))[1]
-    reverse = jax.grad(lambda p: sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(jax.grad(loss)(p)), jax.tree.leaves(v))))(params)
+    # Compiled, as Per-FedAvg runs it: op by op, the two second-order passes took 20 s of small compilations.
+    forward = jax.jit(lambda p: jax.jvp(jax.grad(loss), (p,), (v,))[1])(params)
+    reverse = jax.jit(jax.grad(lambda p: sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(jax.grad(loss)(p)), jax.tree.leaves(v)))))(params)
     for a, b in zip(jax.tree.leaves(forward), jax.tree.leaves(reverse)):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
 
