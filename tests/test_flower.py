@@ -4,13 +4,14 @@
   three rounds, equal to the in-process run with the same seed, data and participants within 1e-5;
 * on Flower's Simulation Engine (``run_simulation``, Ray): FedPAC, the same check;
 * deployed: a real ``flower-superlink`` and three ``flower-supernode`` processes on 127.0.0.1, each
-  SuperNode loading its own partition from its node config; FedPAC, the same check, and no process or
-  port left behind;
+  SuperNode loading its own partition from its node config; FedPAC, the same check (round 1 with every
+  node, the later rounds after one SuperNode is killed), and no process or port left behind;
 * faults: a client lost mid-round (the round completes with the others, equal to ``round`` over them),
   a SuperNode killed mid-run, and a ServerApp restarted from its checkpoint.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import subprocess
 import sys
@@ -233,18 +234,11 @@ def federation(tmp_path):
         assert not any(port_open(p) for p in [fed.port, *fed.node_ports]), "a port is still open"
 
 
-def test_deployment_matches_round(federation, tmp_path):
-    fed, train, nodes = federation
-    spec = _spec("fedpac", checkpoint_dir=str(tmp_path / "ckpt"), min_clients=3)
-    log = fed.run(APP, spec.run_config(), timeout=500)
-    assert checkpoint.latest_step(spec.checkpoint_dir) == ROUNDS, log[-3000:]
-    arrays, _ = checkpoint.read(spec.checkpoint_dir)
-    _assert_same(_reference(spec, train), arrays, [n["state-dir"] for n in nodes], spec, train)
-
-
-def test_deployment_survives_a_killed_supernode(federation, tmp_path):
-    """SuperNode 2 is killed (SIGKILL, with its ClientApp processes) once round 1 is checkpointed: the
-    next rounds complete with the other two after the round time-out, equal to ``round`` over them."""
+def test_deployment_matches_round_and_survives_a_killed_supernode(federation, tmp_path):
+    """One deployed run checks both: round 1, with every SuperNode alive, equals ``round``; then SuperNode
+    2 is killed (SIGKILL, with its ClientApp processes) once round 1 is checkpointed, and the next
+    rounds complete with the other two after the round time-out, equal to ``round`` over them. (One
+    federation instead of two: each deployed run starts a Flower process per message.)"""
     fed, train, nodes = federation
     spec = _spec("fedpac", checkpoint_dir=str(tmp_path / "ckpt"), min_clients=3, round_timeout=25.0)
     killer = threading.Thread(target=_kill_after_step, args=(fed, spec.checkpoint_dir, 1, 2), daemon=True)
@@ -254,6 +248,13 @@ def test_deployment_survives_a_killed_supernode(federation, tmp_path):
     assert checkpoint.latest_step(spec.checkpoint_dir) == ROUNDS, log[-3000:]
     participants = [checkpoint.read(spec.checkpoint_dir, step=s)[1]["extra"]["participants"] for s in (1, 2, 3)]
     assert participants[0] == [0, 1, 2] and 2 not in participants[2], participants
+
+    after_one, _ = checkpoint.read(spec.checkpoint_dir, step=1)
+    one_round = dataclasses.replace(spec, rounds=1)
+    reference_one = _reference(one_round, train, participants[:1])
+    assert _max_diff(reference_one.server, after_one["server"]) <= TOL
+    np.testing.assert_array_equal(np.asarray(after_one["key"]), np.asarray(reference_one.key))
+
     arrays, _ = checkpoint.read(spec.checkpoint_dir)
     _assert_same(_reference(spec, train, participants), arrays, [n["state-dir"] for n in nodes], spec, train)
 
