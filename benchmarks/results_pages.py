@@ -181,6 +181,15 @@ NO_FEDEM_FT = "fedem's Config has no local fine-tuning after training (FedEM-FT)
 RUN_TABLE_NOTE = ("`python benchmarks/paper/run_table.py {folder}` runs (and resumes) the cells of this section, "
                   "one run file per cell in `benchmarks/paper/{folder}/`, in the order of its `order.txt`.")
 
+
+def _run_section(title: str, folder: str, paper: tuple[str, str, str], cells: list[tuple], metric: str = "acc",
+                 before: tuple[Row, ...] = (), after: tuple[Row, ...] = ()) -> Section:
+    """A counted 200-round section of the run-file table ``benchmarks/paper/<folder>/``: the rows of its
+    ``cells`` (see :func:`_run_rows`), between rows repeated from other tables, noted with the command
+    that runs it."""
+    rows = before + _run_rows(folder, paper, cells, metric) + after
+    return Section(title, rows, paper_rounds=200, note=RUN_TABLE_NOTE.format(folder=folder))
+
 FEDPAC_SETTING = (
     "local SGD with batch 50, lr 0.01, momentum 0.5, weight decay 5e-4, E = 5 local epochs (FedPAC: 1 head + 5 body "
     "epochs); 200 rounds; the paper's CNN. The number is the mean over clients of each client's personalised test "
@@ -262,9 +271,8 @@ FEDPAC_TABLE2 = Page(
         "rounds and the full method for 200; they are kept below, with every arm compared at the same round "
         "(same seed and data, so the full method's history up to that round is what a shorter run would give)."),
     sections=(
-        Section("Each arm after 200 rounds", _run_rows("fedpac/table2_fmnist", T2_PAPER, [
-            ((label, f"FedPAC[{arm}]"), folder) for label, folder, arm in ABLATION_ARMS]), paper_rounds=200,
-            note=RUN_TABLE_NOTE.format(folder="fedpac/table2_fmnist")),
+        _run_section("Each arm after 200 rounds", "fedpac/table2_fmnist", T2_PAPER, [
+            ((label, f"FedPAC[{arm}]"), folder) for label, folder, arm in ABLATION_ARMS]),
         Section("The earlier runs, each arm at its last round", tuple(
             Row(label, ("fedpac_fmnist/" + folder,), FINAL, (*T2_PAPER, f"FedPAC[{arm}]", "acc"),
                 repeat_of="fedpac_table1.md" if arm == "Both" else None, superseded_by="table2_fmnist/" + folder)
@@ -292,11 +300,10 @@ FEDPAC_TABLE3 = Page(
         "drawn from the seed and shared by a client's training and test split); full participation; "
         + FEDPAC_SETTING + " FedPAC and Ditto (the paper's best baseline here) have three seeds, the others one."),
     sections=(
-        Section("20 clients, full participation", _run_rows(
-            "fedpac/table3_fmnist", ("FedPAC", "3", "FMNIST/concept_shift_20clients"), [
+        _run_section("20 clients, full participation", "fedpac/table3_fmnist",
+            ("FedPAC", "3", "FMNIST/concept_shift_20clients"), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("pFedMe", "pfedme"), ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")]),
-            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table3_fmnist")),
     ),
 )
 
@@ -350,18 +357,17 @@ FEDPAC_TABLE5 = Page(
         "for that, so it has no run file. Local-only, FedAvg-FT and FedPAC are Table 1's cells, repeated here for "
         "the ordering."),
     sections=(
-        Section("20 clients, full participation", (
+        _run_section("20 clients, full participation", "fedpac/table5_fmnist", ("FedPAC", "5", "FMNIST/20clients"), [
+            ("FedProto-G", "fedproto_g"),
+            ("FedProto-L", "fedproto_l", "fedproto's Config has no local-prototype variant (FedProto-L)")], before=(
             Row("Local-only", ("table1_fmnist/local_only",), FINAL,
                 ("FedPAC", "5", "FMNIST/20clients", "Local-only", "acc"), repeat_of="fedpac_table1.md"),
             Row("FedAvg-FT", ("table1_fmnist/fedavg_ft/from_fedavg.json",), LAST_EVAL,
                 ("FedPAC", "5", "FMNIST/20clients", "FedAvg-FT", "acc"), kind="fedavg_eval",
                 repeat_of="fedpac_table1.md"),
-        ) + _run_rows("fedpac/table5_fmnist", ("FedPAC", "5", "FMNIST/20clients"), [
-            ("FedProto-G", "fedproto_g"),
-            ("FedProto-L", "fedproto_l", "fedproto's Config has no local-prototype variant (FedProto-L)")]) + (
+        ), after=(
             Row("FedPAC", ("fedpac_fmnist/both",), FINAL, ("FedPAC", "5", "FMNIST/20clients", "FedPAC", "acc"),
-                repeat_of="fedpac_table1.md"),),
-            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table5_fmnist")),
+                repeat_of="fedpac_table1.md"),)),
     ),
 )
 
@@ -377,12 +383,11 @@ FEDPAC_TABLE6 = Page(
         "distribution; " + FEDPAC_SETTING + " HypCluster and FedEM: the table gives no k or M; the run files use "
         "3. FedPAC and FedAvg-FT (the paper's best baseline here) have three seeds, the others one."),
     sections=(
-        Section("20 clients, full participation", _run_rows(
-            "fedpac/table6_fmnist", ("FedPAC", "6", "FMNIST/size_imbalanced_20clients"), [
+        _run_section("20 clients, full participation", "fedpac/table6_fmnist",
+            ("FedPAC", "6", "FMNIST/size_imbalanced_20clients"), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("Fed-RoD", "fedrod"), ("pFedHN", "pfedhn"), ("HypCluster", "hypcluster"), ("FedEM", "fedem"),
                 ("FedPAC", "fedpac")]),
-            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table6_fmnist")),
     ),
 )
 
@@ -399,12 +404,11 @@ FEDPAC_TABLE8 = Page(
         "the run files use 3. FedPAC and FedAvg-FT (the paper's best baseline here) have three seeds, the others "
         "one."),
     sections=(
-        Section("100 clients, participation C = 0.3", _run_rows(
-            "fedpac/table8_fmnist", ("FedPAC", "8", "FMNIST/dirichlet_beta1.0_100clients_frac0.3"), [
+        _run_section("100 clients, participation C = 0.3", "fedpac/table8_fmnist",
+            ("FedPAC", "8", "FMNIST/dirichlet_beta1.0_100clients_frac0.3"), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("FedFomo", "fedfomo"), ("pFedHN", "pfedhn"), ("HypCluster", "hypcluster"), ("FedEM", "fedem"),
                 ("FedPAC", "fedpac")]),
-            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table8_fmnist")),
     ),
 )
 
@@ -420,11 +424,10 @@ FEDPAC_TABLE10 = Page(
         "training and 600 test images per client; " + FEDPAC_SETTING + " FedPAC and Ditto (the paper's best "
         "baseline here) have three seeds, the others one."),
     sections=(
-        Section("20 clients, full participation", _run_rows(
-            "fedpac/table10_fmnist", ("FedPAC", "10", "FMNIST/feature_skew_rotation_20clients"), [
+        _run_section("20 clients, full participation", "fedpac/table10_fmnist",
+            ("FedPAC", "10", "FMNIST/feature_skew_rotation_20clients"), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")]),
-            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedpac/table10_fmnist")),
     ),
 )
 
@@ -499,14 +502,13 @@ FEDCOLLAB_TABLE2 = Page(
         "the paper's best baseline. KMeans (k-means over client models before FL) is not in pflax's registry, so "
         "it has no run file. FedCollab is Table 1's cell, repeated for the ordering."),
     sections=(
-        Section("Acc", _run_rows("fedcollab/fedcollab_table2_fmnist", ("FedCollab", "2", "LabelShift_FMNIST"), [
+        _run_section("Acc", "fedcollab/fedcollab_table2_fmnist", ("FedCollab", "2", "LabelShift_FMNIST"), [
             ("IFCA", "ifca"), ("FedCluster", "fedcluster"), ("FeSEM", "fesem"),
             ("KMeans", "kmeans", "KMeans (k-means clustering of client models before FL) is not in pflax's registry"),
-        ], metric="Acc_mean") + (
+        ], metric="Acc_mean", after=(
             Row("FedCollab+FedAvg", ("fedcollab_fmnist/results.json",), 'methods["FedAvg + FedCollab"].Acc',
                 ("FedCollab", "2", "LabelShift_FMNIST", "FedCollab+FedAvg", "Acc_mean"), kind="fedcollab",
-                repeat_of="fedcollab_table1.md"),),
-            paper_rounds=200, note=RUN_TABLE_NOTE.format(folder="fedcollab/fedcollab_table2_fmnist")),
+                repeat_of="fedcollab_table1.md"),)),
     ),
 )
 
