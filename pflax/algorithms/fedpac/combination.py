@@ -216,18 +216,25 @@ def gram_combination_alpha(v: Array, h: Array, participating: Array | None = Non
     return solve_gram_simplex_qps(v, gram, gram, norms, participating)
 
 
+def _finish_row(alpha: Array, participating: Array, own: Array, usable: Array, threshold: float) -> Array:
+    """One target's solved row made into its weights: non-candidates zeroed, renormalised, thresholded.
+    Non-finite statistics (a diverged client) can make every weight NaN or 0: such a row, or one that is
+    not ``usable``, falls back to ``own`` (the target keeps its own head rather than mixing garbage or an
+    all-zero head)."""
+    alpha = jnp.where(participating, alpha, 0.0)
+    alpha = threshold_and_renormalize(alpha / jnp.maximum(alpha.sum(), 1e-300), threshold)
+    valid = jnp.all(jnp.isfinite(alpha)) & (jnp.abs(alpha.sum() - 1.0) < 1e-6)
+    return jnp.where(usable & valid, alpha, own)
+
+
 def _gram_weights(v: Array, h: Array, participating: Array, threshold: float) -> Array:
-    """``combination_weights`` with ``solver="gram"``: the same post-processing as :func:`_weights`, row-wise."""
+    """``combination_weights`` with ``solver="gram"``: the rows finished as :func:`_weights` finishes them."""
     m = v.shape[0]
     with jax.enable_x64(True):
         alpha = gram_combination_alpha(v.astype(jnp.float64), h.astype(jnp.float64), participating)
-        alpha = jnp.where(participating[None, :], alpha, 0.0)
-        alpha = alpha / jnp.maximum(jnp.sum(alpha, axis=1, keepdims=True), 1e-300)
-        alpha = jax.vmap(lambda a: threshold_and_renormalize(a, threshold))(alpha)
         eye = jnp.eye(m, dtype=jnp.float64)
-        valid = jnp.all(jnp.isfinite(alpha), axis=1) & (jnp.abs(jnp.sum(alpha, axis=1) - 1.0) < 1e-6)
-        use = participating & valid
-        return jnp.where(use[:, None], alpha, eye).astype(jnp.float32)
+        finish = jax.vmap(lambda row, own, usable: _finish_row(row, participating, own, usable, threshold))
+        return finish(alpha, eye, participating).astype(jnp.float32)
 
 
 def _weights(v: Array, h: Array, participating: Array, mode: str, threshold: float) -> Array:
@@ -250,15 +257,7 @@ def _weights(v: Array, h: Array, participating: Array, mode: str, threshold: flo
                 p, ok = _official_preprocess(p, i)
             p = p.astype(jnp.float64)
             p = jnp.where(allowed, p, jnp.where(eye > 0, big, 0.0))
-            alpha = solve_simplex_qp(p)
-            alpha = jnp.where(participating, alpha, 0.0)
-            alpha = threshold_and_renormalize(alpha / jnp.maximum(alpha.sum(), 1e-300), threshold)
-            fallback = eye[i]
-            # Non-finite statistics (a diverged client) can make every weight NaN or 0: then the
-            # target keeps its own head rather than mixing garbage or an all-zero head.
-            valid = jnp.all(jnp.isfinite(alpha)) & (jnp.abs(alpha.sum() - 1.0) < 1e-6)
-            use = ok & participating[i] & valid
-            return jnp.where(use, alpha, fallback)
+            return _finish_row(solve_simplex_qp(p), participating, eye[i], ok & participating[i], threshold)
 
         if jax.default_backend() == "cpu":
             # Targets one after another on CPU: vmapped, the solver's LU factorisations run batched,
