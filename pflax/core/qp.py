@@ -63,6 +63,27 @@ def _solve_on_support(p: Array, support: Array) -> Array:
     return z / jnp.where(total != 0, total, 1.0)
 
 
+def _primal_step(alpha: Array, support: Array, target: Array, blocking: Array, violation: Array,
+                 optimal: Array) -> tuple[Array, Array]:
+    """One iteration of the primal active-set method from the feasible ``alpha``: ``(alpha, support)`` next.
+
+    ``target`` is the minimiser on ``support``, ``blocking`` its negative entries on the support,
+    ``violation`` the multipliers of the excluded indices (``inf`` where an index may not enter) and
+    ``optimal`` whether none is below the tolerance."""
+    # Case 1: the support's minimiser leaves the simplex -> step to the boundary, drop a blocker.
+    direction = target - alpha
+    ratios = jnp.where(blocking & (direction < 0), alpha / jnp.where(direction < 0, -direction, 1.0), jnp.inf)
+    step = jnp.minimum(jnp.min(ratios), 1.0)
+    moved = jnp.clip(alpha + step * direction, 0.0, None)
+    support_drop = (support & (moved > 0)).at[_first_argmin(ratios)].set(False)
+    moved = jnp.where(support_drop, moved, 0.0)
+    moved = moved / moved.sum()
+    # Case 2: feasible -> add the most violated excluded index, unless optimal.
+    feasible = ~jnp.any(blocking)
+    grown = jnp.where(optimal, support, support.at[_first_argmin(violation)].set(True))
+    return jnp.where(feasible, target, moved), jnp.where(feasible, grown, support_drop)
+
+
 def _active_set(p: Array, start: Array, max_iter: int) -> Array:
     """Primal active-set method from a feasible ``start`` (on the simplex)."""
     scale = jnp.maximum(jnp.max(jnp.abs(p)), jnp.finfo(p.dtype).tiny)
@@ -75,30 +96,13 @@ def _active_set(p: Array, start: Array, max_iter: int) -> Array:
     def body(carry):
         alpha, support, _, it = carry
         target = _solve_on_support(p, support)
-        direction = target - alpha
         blocking = support & (target < 0)
-
-        # Case 1: the support's minimiser leaves the simplex -> step to the boundary, drop a blocker.
-        ratios = jnp.where(blocking & (direction < 0), alpha / jnp.where(direction < 0, -direction, 1.0), jnp.inf)
-        step = jnp.minimum(jnp.min(ratios), 1.0)
-        moved = jnp.clip(alpha + step * direction, 0.0, None)
-        drop = _first_argmin(ratios)
-        support_drop = (support & (moved > 0)).at[drop].set(False)
-        moved = jnp.where(support_drop, moved, 0.0)
-        moved = moved / moved.sum()
-
-        # Case 2: feasible -> check the multipliers of the excluded indices, add the most violated.
         grad = 2.0 * p @ target
         level = jnp.sum(target * grad)  # common gradient value on the support at its minimiser
         violation = jnp.where(support, jnp.inf, grad - level)
-        enter = _first_argmin(violation)
-        optimal = violation[enter] >= -tol
-
-        feasible = ~jnp.any(blocking)
-        new_alpha = jnp.where(feasible, target, moved)
-        grown = jnp.where(optimal, support, support.at[enter].set(True))
-        new_support = jnp.where(feasible, grown, support_drop)
-        done = feasible & optimal
+        optimal = violation[_first_argmin(violation)] >= -tol
+        new_alpha, new_support = _primal_step(alpha, support, target, blocking, violation, optimal)
+        done = ~jnp.any(blocking) & optimal
         return new_alpha, new_support, done, it + 1
 
     support = start > 0
@@ -300,17 +304,7 @@ def _gram_polish(b, v_eps, gram, allowed, r, c, tol, max_iter, state):
         switch = ~primal & ~now_done & ((it + 1 >= block_iter) | (stall >= _BLOCK_STALL))
         blk_support = jnp.where(switch, blk_alpha > 0, blk_support)
 
-        # Primal active set (as in _active_set).
-        direction = target - alpha
-        ratios = jnp.where(neg & (direction < 0), alpha / jnp.where(direction < 0, -direction, 1.0), jnp.inf)
-        step = jnp.minimum(jnp.min(ratios), 1.0)
-        moved = jnp.clip(alpha + step * direction, 0.0, None)
-        support_drop = (support & (moved > 0)).at[_first_argmin(ratios)].set(False)
-        moved = jnp.where(support_drop, moved, 0.0)
-        moved = moved / jnp.sum(moved)
-        grown = jnp.where(optimal, support, support.at[_first_argmin(score)].set(True))
-        pr_support = jnp.where(any_neg, support_drop, grown)
-        pr_alpha = jnp.where(any_neg, moved, target)
+        pr_alpha, pr_support = _primal_step(alpha, support, target, neg, score, optimal)
 
         new_alpha = jnp.where(primal, pr_alpha, jnp.where(now_done, target, blk_alpha))
         new_support = jnp.where(primal, pr_support, blk_support)
