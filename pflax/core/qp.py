@@ -33,15 +33,21 @@ import warnings
 import jax
 import jax.numpy as jnp
 
-with warnings.catch_warnings():
-    # jaxopt warns on import that it is unmaintained; it is the QP solver this library is specified to use,
-    # so the warning would only tell users about our choice. Scoped to this import, not to their code.
-    warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
-    import jaxopt
-
 Array = jax.Array
 
 __all__ = ["solve_simplex_qp", "kkt_residual", "gram_qp_matvec", "solve_gram_simplex_qps"]
+
+
+@functools.cache
+def _jaxopt():
+    """jaxopt, imported on first use: it pulls in scipy.optimize (about half a second), which processes
+    that never solve a QP (a Flower client, most CLI runs) need not pay for."""
+    with warnings.catch_warnings():
+        # jaxopt warns on import that it is unmaintained; it is the QP solver this library is specified to
+        # use, so the warning would only tell users about our choice. Scoped to this import, not their code.
+        warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
+        import jaxopt
+    return jaxopt
 
 
 def _first_argmin(x: Array) -> Array:
@@ -135,6 +141,7 @@ def solve_simplex_qp(p: Array, *, warm_iters: int = 200, max_active_set_iter: in
     diag_mean = jnp.maximum(jnp.trace(p) / m, 1e-30)
     p = 0.5 * (p + p.T) + 1e-12 * diag_mean * jnp.eye(m, dtype=p.dtype)
     lipschitz = 2.0 * jnp.max(jnp.sum(jnp.abs(p), axis=1))  # >= 2 * lambda_max
+    jaxopt = _jaxopt()
     pg = jaxopt.ProjectedGradient(
         fun=lambda a, q: a @ q @ a,
         projection=jaxopt.projection.projection_simplex,
