@@ -108,7 +108,6 @@ def run_all(names=None) -> dict:
     for name in names or list(REGISTRY):
         out["golden"].update(golden.replay([name]))
         out["contract"][name] = contract_summary(name)  # same shapes: the replay's programs, already compiled
-        jax.clear_caches()  # one algorithm's programs at a time stay mapped (see tests/conftest.py)
     return out
 
 
