@@ -220,3 +220,28 @@ def test_logdir_writes_tensorboard_events_that_read_back(tmp_path):
         assert histo.num == len(accuracy) == 2 and histo.sum == pytest.approx(sum(accuracy), rel=1e-6)
         assert scalars[("eval/accuracy", evaluation["round"])] == pytest.approx(sum(accuracy) / 2, rel=1e-6)
     assert sorted(step for tag, step in histograms) == [2, 3]
+
+
+def test_host_devices_shard_the_clients_over_the_cpu(tmp_path):
+    """``--host-devices 2`` splits the CPU before JAX runs anything: ``auto`` then shards the clients
+    over both devices, and the results record the two devices. In this process JAX already runs on one
+    device, so asking for two is a clear error."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "pflax.cli", "run", "fedavg", "--model", "mlp", "--clients", "4", "--rounds", "1",
+           "--train-per-client", "20", "--test-per-client", "20", "--host-devices", "2", "--out", str(out),
+           "--quiet", "--no-plots"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((out / "results.json").read_text())
+    assert result["status"] == "finished" and len(result["jax"]["devices"]) == 2
+    import jax
+
+    assert len(jax.devices("cpu")) == 1  # JAX runs here (and must not be split by the call below)
+    with pytest.raises(SystemExit, match="host-devices: JAX already runs with 1 CPU device"):
+        cli.main(["run", "fedavg", "--model", "mlp", "--clients", "2", "--rounds", "1", "--host-devices", "2",
+                  "--out", str(tmp_path / "no"), "--quiet"])
+    with pytest.raises(SystemExit, match="at least 1"):
+        cli.main(["run", "fedavg", "--host-devices", "0", "--out", str(tmp_path / "no"), "--quiet"])
