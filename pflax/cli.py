@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--execution", choices=("auto", "vmap", "map", "chunked", "sharded"))
     run.add_argument("--host-devices", type=int, metavar="N",
                      help="split the CPU into N devices (one per core) so that auto/sharded execution spreads the "
-                          "clients over the cores; faster on an idle multi-core CPU, equal results to round-off")
+                          "clients over the cores; pays for many small clients on an idle CPU, equal results to round-off")
     run.add_argument("--eval-every", type=int, help="evaluate every client every k rounds and at the end (default 10)")
     run.add_argument("--checkpoint-every", type=int, help="checkpoint every k rounds (0: only at the end; default 10)")
     run.add_argument("--out", default=None, help="output folder (default runs/<algorithm>-<dataset>)")

@@ -35,11 +35,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def default_xla_environ() -> dict:
-    """This process's environment without the level-0 flag, for a subprocess that trains enough for
-    XLA's optimised code to repay its longer compiles (measured: the quickstart notebook and the CLI
-    run that shares its programs, 96 s of CPU at level 0 and 66 s at the default)."""
+    """This process's environment without the level-0 flag, for a subprocess that must compile as XLA
+    does by default: the golden replay (recorded at the default), and runs that train enough for the
+    optimised code to repay its longer compiles (measured: the quickstart notebook and the CLI run that
+    shares its programs, 96 s of CPU at level 0 and 66 s at the default)."""
     flags = os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE_FLAG, "").strip()
     return dict(os.environ, XLA_FLAGS=flags)
+
 
 # Under `-n 2 --dist loadfile`, pytest-xdist queues files by number of tests, so files with one or two
 # minute-long tests (8 devices, multi-process, notebook) started last and ran alone at the end. Queue the

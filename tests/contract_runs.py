@@ -54,11 +54,6 @@ def federation(bn: bool):
     return train, test
 
 
-def _leaves(tree):
-    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-            for x in jax.tree.leaves(tree)]
-
-
 def _all_finite(values) -> bool:
     return all(bool(np.all(np.isfinite(np.asarray(v, np.float64)))) for v in values)
 
@@ -82,9 +77,9 @@ def contract_summary(name: str) -> dict:
             if not runs:
                 cache_sizes.append(int(algo.round._cache_size()))
         runs.append((state, history, jax.device_get(algo.evaluate(state, test, train))))
-    first, second = (_leaves(run) for run in runs)
+    first, second = (golden.leaves(run) for run in runs)
     state, history, evaluation = runs[0]
-    floats = [x for x in _leaves(state) if np.issubdtype(x.dtype, np.floating)]
+    floats = [x for x in golden.leaves(state) if np.issubdtype(x.dtype, np.floating)]
     return {
         "leaves": len(first),
         "differing_leaves": [i for i, (a, b) in enumerate(zip(first, second)) if not np.array_equal(a, b)]

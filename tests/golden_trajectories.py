@@ -77,9 +77,14 @@ def digest(a) -> dict:
             "sum": float(np.asarray(a, np.float64).sum()) if a.dtype != bool else int(a.sum())}
 
 
+def leaves(tree) -> list[np.ndarray]:
+    """``tree``'s leaves as NumPy arrays, typed PRNG keys as their key data."""
+    return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
 def state_digests(state) -> list[dict]:
-    leaves = [jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x for x in jax.tree.leaves(state)]
-    return sorted((digest(x) for x in leaves), key=lambda d: (d["shape"], d["dtype"], d["sha"]))
+    return sorted((digest(x) for x in leaves(state)), key=lambda d: (d["shape"], d["dtype"], d["sha"]))
 
 
 def metric_digests(metrics: dict) -> dict:

@@ -205,18 +205,17 @@ def use_host_devices(count: int) -> int:
     >>> use_host_devices(len(jax.devices("cpu")))  # already so: nothing to change
     1
     """
-    if int(count) < 1:
+    count = int(count)
+    if count < 1:
         raise ValueError(f"host devices must be at least 1, got {count}")
-    from jax._src import xla_bridge  # no public probe for "backends initialised" exists
-
-    if xla_bridge.backends_are_initialized():
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # JAX has run something: its CPU devices are fixed
         have = len(jax.devices("cpu"))
-        if have != int(count):
+        if have != count:
             raise RuntimeError(f"JAX already runs with {have} CPU device(s); ask for {count} before JAX "
-                               "runs anything (right after `import jax`)")
-        return int(count)
-    jax.config.update("jax_num_cpu_devices", int(count))
-    return int(count)
+                               "runs anything (right after `import jax`)") from None
+    return count
 
 
 def client_mesh(devices=None) -> Mesh:
