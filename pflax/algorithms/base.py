@@ -21,7 +21,7 @@ from ..core.execution import Execution
 from ..core.losses import cross_entropy, masked_mean
 from ..core.optim import freeze, pytorch_sgd
 from ..core.split import part_mask
-from ..core.train import batched_apply, local_train
+from ..core.train import batched_apply, local_train, sgd_steps, step_order
 from ..data.clients import ClientData
 from ..data.sources import DataError
 from ..metrics import masked_accuracy
@@ -158,7 +158,8 @@ def proximity(params: PyTree, anchor: PyTree) -> Array:
 
 
 def train(params: PyTree, loss: Callable, client: dict, cfg: SGDConfig, *, key: Array | None = None,
-          epochs: int | None = None, optimizer=None, data: dict | None = None) -> tuple[PyTree, Array]:
+          epochs: int | None = None, optimizer=None, data: dict | None = None,
+          steps: int = 0) -> tuple[PyTree, Array]:
     """:func:`local_train` on one client's data with the config's defaults (fresh optimiser).
 
     Args:
@@ -168,6 +169,8 @@ def train(params: PyTree, loss: Callable, client: dict, cfg: SGDConfig, *, key: 
       cfg: the SGD setting.
       key, epochs, optimizer, data: overrides of ``client["key"]``, ``cfg.local_epochs``,
         ``cfg.optimizer()`` and ``{"x", "y"}``.
+      steps: if positive, exactly this many minibatch steps (:func:`pflax.core.train.step_order`)
+        instead of ``epochs`` epochs.
     Returns:
       ``(trained params, mean training loss)``.
 
@@ -177,11 +180,15 @@ def train(params: PyTree, loss: Callable, client: dict, cfg: SGDConfig, *, key: 
     >>> float(p), round(float(loss), 3)  # 5 epochs of one step each; loss: the mean over the steps
     (0.96875, 0.266)
     """
+    data = {"x": client["x"], "y": client["y"]} if data is None else data
+    optimizer = cfg.optimizer() if optimizer is None else optimizer
+    if steps > 0:
+        indices, valid = step_order(client["key"] if key is None else key, client["mask"], steps, cfg.batch_size)
+        return sgd_steps(params, loss, data, indices, valid, optimizer)
     return local_train(
-        params, loss, {"x": client["x"], "y": client["y"]} if data is None else data, client["mask"],
+        params, loss, data, client["mask"],
         client["key"] if key is None else key,
-        epochs=cfg.local_epochs if epochs is None else epochs, batch_size=cfg.batch_size,
-        optimizer=cfg.optimizer() if optimizer is None else optimizer,
+        epochs=cfg.local_epochs if epochs is None else epochs, batch_size=cfg.batch_size, optimizer=optimizer,
     )
 
 
@@ -202,14 +209,15 @@ def trainable(params: PyTree, parts: tuple[str, ...]) -> PyTree:
 
 
 def train_parts(params: PyTree, parts: tuple[str, ...], loss: Callable, client: dict, cfg: SGDConfig, *,
-                key: Array | None = None, epochs: int | None = None, lr: float | None = None) -> tuple[PyTree, Array]:
+                key: Array | None = None, epochs: int | None = None, lr: float | None = None,
+                steps: int = 0) -> tuple[PyTree, Array]:
     """Train only ``parts`` of a split model; the others are frozen by masked optimiser updates
     (no weight decay, no momentum on them, as when PyTorch leaves them out of the optimiser).
 
     Args:
       params: ``{"body", "head"}`` parameters.
       parts: the parts to train.
-      loss, client, cfg, key, epochs: as :func:`train`.
+      loss, client, cfg, key, epochs, steps: as :func:`train`.
       lr: overrides ``cfg.lr``.
     Returns:
       ``(params, mean training loss)``; the other parts are unchanged.
@@ -221,7 +229,7 @@ def train_parts(params: PyTree, parts: tuple[str, ...], loss: Callable, client: 
     (1.0, True)
     """
     opt = freeze(cfg.optimizer(lr), trainable(params, parts))
-    return train(params, loss, client, cfg, key=key, epochs=epochs, optimizer=opt)
+    return train(params, loss, client, cfg, key=key, epochs=epochs, optimizer=opt, steps=steps)
 
 
 def accuracy_of(model: SplitModel, params: PyTree, client: dict, prefix: str = "") -> Array:

@@ -31,7 +31,8 @@ one loader into consecutive pairs, ``len // 2`` meta-steps per epoch, which is n
 a single minibatch); the HF variant uses the exact Hessian-vector product (``jax.jvp`` of the
 gradient) instead of FL-bench's finite difference with ``delta = 1e-3``; aggregation is
 sample-size weighted (FL-bench: equal weights). A meta-step whose minibatches hold no real sample is
-a no-op.
+a no-op. FedCollab's port (its Table 1) instead halves each minibatch into ``D`` and ``D'``:
+``pairing="halves"``.
 
 >>> import jax, pflax
 >>> train, test = pflax.data.toy_federation()
@@ -53,6 +54,8 @@ from ..core.train import epoch_order, gather_minibatch
 from . import base
 from .common import init_on_execution_devices
 
+Array = jax.Array
+
 __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs", "meta_step",
            "adapt", "pieces_for"]
 
@@ -66,20 +69,28 @@ class Config(base.SGDConfig):
       alpha: the adaptation (inner) step size, >= 0.
       beta: the meta (outer) step size, > 0.
       version: ``"fo"`` (first order) or ``"hf"`` (Hessian-free).
+      pairing: where ``D`` and ``D'`` come from: ``"independent"`` shuffles (the default), or
+        ``"halves"`` of one minibatch, skipping minibatches of fewer than 4 samples (FedCollab's port,
+        https://github.com/baowenxuan/FedCollab, ``src/algorithm/PerFedAvg.py``; first order only).
 
-    >>> Config().alpha, Config().beta, Config().version
-    (0.01, 0.001, 'fo')
+    >>> Config().alpha, Config().beta, Config().version, Config().pairing
+    (0.01, 0.001, 'fo', 'independent')
     """
 
     alpha: float = 0.01
     beta: float = 0.001
     version: str = "fo"
+    pairing: str = "independent"
 
     def __post_init__(self):
         super().__post_init__()
         base.require(self.alpha >= 0 and self.beta > 0,
                      f"Per-FedAvg needs alpha >= 0 and beta > 0, got {self.alpha}, {self.beta}")
         base.require(self.version in ("fo", "hf"), f"Per-FedAvg version must be 'fo' or 'hf', got {self.version!r}")
+        base.require(self.pairing in ("independent", "halves"),
+                     f"Per-FedAvg pairing must be 'independent' or 'halves', got {self.pairing!r}")
+        base.require(self.pairing == "independent" or self.version == "fo",
+                     "Per-FedAvg's 'halves' pairing has two halves, so it needs version 'fo'")
 
 
 @init_on_execution_devices
@@ -141,10 +152,43 @@ def meta_step(w, batches, weights, model, cfg: Config):
     return _sub(w, g, cfg.beta), ce(w_adapted, batches[1], weights[1])
 
 
+# FedCollab's port skips a minibatch of fewer samples, so that each half holds at least two.
+MIN_HALVES_BATCH = 4
+
+
+def halves(valid: Array) -> tuple[Array, Array]:
+    """Split one minibatch's real slots into a first and a second half (``D`` and ``D'`` of the
+    ``"halves"`` pairing); a minibatch of fewer than ``MIN_HALVES_BATCH`` real samples gives two empty halves.
+
+    Args:
+      valid: ``[B]`` bool, the minibatch's real slots (real samples first, as :func:`epoch_order` lays them out).
+
+    Returns:
+      ``(first, second)``: two ``[B]`` bool masks.
+
+    >>> first, second = halves(jnp.array([True] * 5 + [False]))
+    >>> first.astype(int).tolist(), second.astype(int).tolist()  # pivot 5 // 2 = 2
+    ([1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 0])
+    """
+    count = valid.sum()
+    pivot = count // 2
+    position = jnp.cumsum(valid) - 1  # rank of each real slot
+    enough = count >= MIN_HALVES_BATCH
+    return valid & (position < pivot) & enough, valid & (position >= pivot) & enough
+
+
+def _pair_plans(participant: dict, cfg: Config) -> list:
+    """The meta-steps' minibatch plans ``[(indices, valid)] * (2 or 3)``, one row per meta-step."""
+    if cfg.pairing == "halves":
+        idx, ok = epoch_order(participant["key"], participant["mask"], cfg.local_epochs, cfg.batch_size)
+        first, second = jax.vmap(halves)(ok)
+        return [(idx, first), (idx, second)]
+    keys = jax.random.split(participant["key"], 3 if cfg.version == "hf" else 2)
+    return [epoch_order(k, participant["mask"], cfg.local_epochs, cfg.batch_size) for k in keys]
+
+
 def _local_update(w, participant: dict, model, cfg: Config) -> dict:
-    num_batches = 3 if cfg.version == "hf" else 2
-    keys = jax.random.split(participant["key"], num_batches)
-    plans = [epoch_order(k, participant["mask"], cfg.local_epochs, cfg.batch_size) for k in keys]
+    plans = _pair_plans(participant, cfg)
     data = {"x": participant["x"], "y": participant["y"]}
 
     def step(w, rows):

@@ -8,7 +8,8 @@ into a local ``w_i`` and its personal model ``theta_i``, then, for every minibat
 
 1. approximately solves ``min_theta f_i(theta; B) + (prox_mu / 2) ||theta - w_i||^2`` (the paper's
    ``lambda``) with ``inner_steps`` (K = 5) gradient steps of size ``personal_lr``, warm-started from
-   the previous ``theta_i``;
+   the previous ``theta_i`` (with ``restart_theta``: from the current ``w_i``, as FedCollab's port of
+   pFedMe does, https://github.com/baowenxuan/FedCollab, ``src/algorithm/pFedMe.py``);
 2. moves the local model towards it: ``w_i <- w_i - lr * prox_mu * (w_i - theta_i)``.
 
 The server sets ``w^{t+1} = (1 - beta) w^t + beta * sum_i p_i w_i`` with ``p_i = n_i / sum_j n_j``.
@@ -55,15 +56,18 @@ class Config(base.SGDConfig):
       inner_steps: K, gradient steps on the inner problem per minibatch.
       personal_lr: the inner steps' size.
       beta: the server's step ``w <- (1 - beta) w + beta * mean``, in (0, 2].
+      restart_theta: start every minibatch's inner problem from the local model ``w_i`` instead of
+        the previous ``theta_i`` (FedCollab's port; the pFedMe code warm-starts).
 
-    >>> Config().prox_mu, Config().inner_steps, Config().beta
-    (10.0, 5, 1.0)
+    >>> Config().prox_mu, Config().inner_steps, Config().beta, Config().restart_theta
+    (10.0, 5, 1.0, False)
     """
 
     prox_mu: float = 10.0
     inner_steps: int = 5
     personal_lr: float = 0.01
     beta: float = 1.0
+    restart_theta: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -129,7 +133,7 @@ def local_update(global_params, participant: dict, model, cfg: Config):
         idx, ok = plan
         batch = gather_minibatch(data, idx, ok)
         weights = ok.astype(jnp.float32)
-        new_theta = moreau_step(theta, w, batch, weights, model, cfg)
+        new_theta = moreau_step(w if cfg.restart_theta else theta, w, batch, weights, model, cfg)
         new_w = jax.tree.map(lambda a, t: a - cfg.lr * cfg.prox_mu * (a - t), w, new_theta)
         keep = jnp.any(ok)  # a minibatch of padding only is a no-op
         pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, old)

@@ -12,8 +12,9 @@ A split model's parameters are named parts (``{"body", "head"}``). The rule says
 * ``alternating``: FedRep's schedule, ``head_epochs`` epochs of the head alone on the received body,
   then ``local_epochs`` epochs of the body with the new head frozen (either may be 0);
 * ``prox_mu``: FedProx's ``(mu / 2) ||w - w_global||^2`` added to the local loss;
-* ``finetune_epochs``: evaluation personalises by fine-tuning ``finetune_parts`` of the client's model
-  on its own training split (FedAvg-FT, FedBABU); nothing is written to the state;
+* ``finetune_epochs`` (or ``finetune_steps``): evaluation personalises by fine-tuning ``finetune_parts``
+  of the client's model on its own training split for that many epochs (or minibatch steps: FedCollab's
+  Finetune takes 2); nothing is written to the state (FedAvg-FT, FedBABU);
 * ``knn_lam``: evaluation interpolates the model with a kNN over the client's training features
   (kNN-Per, Marfoq et al., 2022).
 
@@ -68,6 +69,8 @@ class Config(base.SGDConfig):
       head_epochs: FedRep's head epochs.
       prox_mu: FedProx's proximal weight (>= 0).
       finetune_epochs, finetune_parts: evaluation-time fine-tuning (FedAvg-FT, FedBABU).
+      finetune_steps: fine-tune for this many minibatch steps instead (0: use ``finetune_epochs``;
+        at most one of the two is positive).
       knn_lam, knn_k, knn_scale: kNN-Per's interpolation weight, neighbours and kernel scale.
 
     >>> Config(shared=("body",)).averaged_parts, Config(knn_lam=0.5).needs_train
@@ -85,6 +88,7 @@ class Config(base.SGDConfig):
     prox_mu: float = 0.0
     finetune_epochs: int = 0
     finetune_parts: tuple = ("body", "head")
+    finetune_steps: int = 0
     knn_lam: float = 0.0
     knn_k: int = 5
     knn_scale: float = 1.0
@@ -103,6 +107,10 @@ class Config(base.SGDConfig):
                      "the alternating schedule (FedRep) trains both parts")
         base.require(self.prox_mu >= 0, f"prox_mu must be >= 0, got {self.prox_mu}")
         base.require(self.finetune_epochs >= 0, f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
+        base.require(self.finetune_steps >= 0, f"finetune_steps must be >= 0, got {self.finetune_steps}")
+        base.require(self.finetune_epochs == 0 or self.finetune_steps == 0,
+                     f"fine-tune either for epochs or for steps: finetune_epochs={self.finetune_epochs} and "
+                     f"finetune_steps={self.finetune_steps}; set one of them to 0")
         base.require(len(self.finetune_parts) > 0, "finetune_parts must name at least one part")
         base.require(0.0 <= self.knn_lam <= 1.0, f"knn_lam must be in [0, 1], got {self.knn_lam}")
         base.require(self.knn_k >= 1 and self.knn_scale > 0, "kNN needs knn_k >= 1 and knn_scale > 0")
@@ -115,7 +123,7 @@ class Config(base.SGDConfig):
     @property
     def needs_train(self) -> bool:
         """Evaluation personalises on the client's training split."""
-        return self.finetune_epochs > 0 or self.knn_lam > 0
+        return self.finetune_epochs > 0 or self.finetune_steps > 0 or self.knn_lam > 0
 
 
 @init_on_execution_devices
@@ -274,9 +282,9 @@ def _score(c: dict, server: PyTree, model, cfg: Config) -> Array:
         p_model = jax.nn.softmax(model.logits_from_features(params["head"], z), axis=-1)
         p_knn = knn_probabilities(z, keys, train["y"], train["mask"], model.num_classes, cfg.knn_k, cfg.knn_scale)
         return masked_accuracy(cfg.knn_lam * p_knn + (1.0 - cfg.knn_lam) * p_model, c["y"], c["mask"])
-    if cfg.finetune_epochs > 0:
+    if cfg.finetune_epochs > 0 or cfg.finetune_steps > 0:
         params, _ = base.train_parts(params, tuple(cfg.finetune_parts), base.ce_loss(model), {**train, "key": c["key"]},
-                                     cfg, epochs=cfg.finetune_epochs)
+                                     cfg, epochs=cfg.finetune_epochs, steps=cfg.finetune_steps)
     return base.accuracy_of(model, params, c)
 
 

@@ -81,6 +81,33 @@ def epoch_order(key: Array, mask: Array, epochs: int, batch_size: int) -> tuple[
     return idx.reshape(-1, batch_size), valid.reshape(-1, batch_size)
 
 
+def step_order(key: Array, mask: Array, steps: int, batch_size: int) -> tuple[Array, Array]:
+    """Minibatch index plan for exactly ``steps`` optimiser steps: the first ``steps`` minibatches with
+    real samples of successive freshly shuffled epochs, as a PyTorch loop that draws ``steps`` batches
+    from a shuffling ``DataLoader`` and restarts it when it runs out.
+
+    Args:
+      key: PRNG key of the shuffling.
+      mask: ``[n_max]`` bool, the client's real samples.
+      steps: number of optimiser steps (positive).
+      batch_size: samples per minibatch.
+
+    Returns:
+      ``(indices, valid)``, both ``[steps, batch_size]``. A client without samples gets ``steps``
+      empty minibatches (no-ops in :func:`sgd_steps`).
+
+    >>> idx, valid = step_order(jax.random.PRNGKey(0), jnp.array([True, True, True, False, False]), 3, 2)
+    >>> idx.shape, valid.sum(1).tolist()  # 2 + 1 samples per epoch; the third step starts a new epoch
+    ((3, 2), [2, 1, 2])
+    """
+    if steps <= 0:
+        raise ValueError(f"steps must be positive, got {steps}")
+    # A client with any sample has at least one real minibatch per epoch, so `steps` epochs suffice.
+    indices, valid = epoch_order(key, mask, steps, batch_size)
+    rows = jnp.argsort(jnp.logical_not(valid.any(axis=1)), stable=True)[:steps]  # real rows first, in order
+    return indices[rows], valid[rows]
+
+
 def _zero_invalid(a: Array, valid: Array) -> Array:
     return jnp.where(valid.reshape(valid.shape + (1,) * (a.ndim - 1)), a, jnp.zeros((), a.dtype))
 
