@@ -461,9 +461,6 @@ _COLLAB_INTRO = (
     "over 5 seeds, ours is one seed. Our 200-round run reuses the distance matrix of an earlier run with "
     "the same seed and settings (`benchmarks/results/fedcollab_fmnist/rounds40/results.json`).")
 
-C1 = "fedcollab/fedcollab_table1_fmnist/"
-NO_COLLAB_BASE = ("benchmarks/fedcollab_fmnist.py trains FedAvg only inside the coalitions; it needs an option to "
-                  "train a base algorithm from its run file (estimate from the base's run file)")
 _COLLAB_BASES = (("FedProx", "fedprox"), ("FedNova", "fednova"), ("Finetune", "finetune"),
                  ("Per-FedAvg", "perfedavg"), ("pFedMe", "pfedme"), ("Ditto", "ditto"))
 
@@ -476,16 +473,16 @@ FEDCOLLAB_TABLE1 = Page(
         " The other base algorithms of the table, without FedCollab (all 20 clients in one federation), have run "
         "files in `benchmarks/paper/fedcollab/fedcollab_table1_fmnist/` (partition `fedcollab_label_shift`, the "
         "same MLP and plain SGD, each method's hyper-parameters as the official code's defaults; FedNova, the "
-        "paper's best of them, with three seeds); they are read for Acc only. Their '+ FedCollab' cells have no "
-        "run file yet (`benchmarks/paper/fedcollab/README.md`)."),
+        "paper's best of them, with three seeds); they are read for Acc only. Their '+ FedCollab' cells (`<base>__fedcollab.toml`) "
+        "train the same run file inside the coalitions {0-4}, {5-9}, {10-19} that the solver picked above, each "
+        "coalition a federation of its own (the run file's `coalitions`)."),
     sections=_fedcollab([("Local", "Local", "1", "Local Train", None),
                          ("FedAvg", "FedAvg", "1", "FedAvg", None),
                          ("FedAvg + FedCollab", "FedAvg + FedCollab", "1", "FedAvg+FedCollab", None)],
                         acc_only=tuple(row for label, cell in _COLLAB_BASES for row in _run_rows(
                             "fedcollab/fedcollab_table1_fmnist", ("FedCollab", "1", "LabelShift_FMNIST"), [
                                 (label, cell),
-                                ((f"{label} + FedCollab", f"{label}+FedCollab"), f"{cell}__fedcollab", NO_COLLAB_BASE,
-                                 f"{C1}{cell}.toml")],
+                                ((f"{label} + FedCollab", f"{label}+FedCollab"), f"{cell}__fedcollab")],
                             metric="Acc_mean"))),
 )
 

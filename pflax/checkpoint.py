@@ -217,28 +217,51 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def differences(saved: dict, current: dict) -> list[str]:
+def differences(saved: dict, current: dict, added: dict | None = None) -> list[str]:
     """Human-readable ``field: checkpoint X, now Y`` lines for every differing fingerprint field.
 
     Args:
       saved: the fingerprint stored with a checkpoint.
       current: the fingerprint of the state being resumed (:func:`fingerprint`).
+      added: ``{dot-separated field: value}`` of fields that may be absent from ``saved`` when
+        ``current`` holds that value: ``Config`` fields added after the checkpoint was written, at
+        the default that keeps the earlier behaviour.
 
     Returns:
       One line per differing (dot-separated) field, sorted; ``[]`` when they match.
 
     >>> differences({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": True})
     ['b.c: checkpoint 2, now 3', 'd: checkpoint <absent>, now true']
+    >>> differences({"a": 1}, {"a": 1, "d": 0}, added={"d": 0}), differences({"a": 1}, {"a": 1, "d": 5}, added={"d": 0})
+    ([], ['d: checkpoint <absent>, now 5'])
     """
     a, b = _flatten(saved), _flatten(current)
+    added = added or {}
     missing = object()
     lines = []
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key, missing), b.get(key, missing)
+        if va is missing and key in added and vb == added[key]:
+            continue
         if va != vb:
             show = lambda v: "<absent>" if v is missing else json.dumps(v)
             lines.append(f"{key}: checkpoint {show(va)}, now {show(vb)}")
     return lines
+
+
+def _config_defaults(state) -> dict:
+    """Every ``Config`` field's default, keyed as the fingerprint holds it: under ``config`` and under
+    the run settings' ``config`` (:meth:`pflax.experiment.RunSpec.fingerprint` writes the whole Config
+    there). A checkpoint written before a field existed may resume when the field is at its default."""
+    config = getattr(state, "config", None)
+    if not dataclasses.is_dataclass(config):
+        return {}
+    defaults = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            value = json.loads(json.dumps(_jsonable(f.default)))
+            defaults[f"config.{f.name}"] = defaults[f"run.config.{f.name}"] = value
+    return defaults
 
 
 # --------------------------------------------------------------------------- orbax plumbing
@@ -387,7 +410,8 @@ def restore(directory, template, *, step: int | None = None, run: dict | None = 
         if not isinstance(meta, dict) or not {"fingerprint", "checksums", "extra"} <= set(meta):
             raise _corrupt(directory, step, "its metadata is incomplete")
 
-        diff = differences(meta["fingerprint"], json.loads(json.dumps(fingerprint(template, run))))
+        diff = differences(meta["fingerprint"], json.loads(json.dumps(fingerprint(template, run))),
+                           added=_config_defaults(template))
         if diff:
             raise CheckpointError(
                 f"checkpoint step {step} in {directory} was written by a different configuration; "

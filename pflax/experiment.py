@@ -33,6 +33,12 @@ and the hooks of :func:`run` add checkpoints, results files and plots. A run is 
     [model]             # cnn (FedPAC's CNN), mlp, or bn_cnn (the FedBN digits CNN, with a width)
     name = "cnn"
 
+Two optional top-level keys restrict or split the federation: ``members = [3, 7, 9]`` trains only those
+clients of the partition (renumbered 0, 1, 2), and ``coalitions = [[0, 1], [2, 3, 4]]`` trains each group
+as a federation of its own, from the same initial model (FedCollab's collaboration structure, Bao et
+al., ICML 2023, Section 4.3); its results folder holds one ``coalition<k>/`` run per group and a
+``results.json`` that joins their clients' accuracies.
+
 Every results folder holds ``run.toml``, the *resolved* file (every default filled in, the algorithm's
 whole ``Config`` written out), so ``pflax run --config <out>/run.toml`` repeats the run bit for bit.
 """
@@ -54,7 +60,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 __all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "make_config", "make_model",
-           "plot_weights", "tensorboard_writer", "MODELS"]
+           "plot_weights", "tensorboard_writer", "restrict", "MODELS"]
 
 MODELS = {
     "cnn": "FedPAC's CNN (2 conv + 2 dense; the CIFAR variant for 3-channel images)",
@@ -113,6 +119,9 @@ class RunSpec:
         side of the ``synthetic`` dataset's images).
       partition: ``name``, ``clients`` and the partition's parameters.
       model: ``name`` and its parameters (``width`` for ``bn_cnn``, ``hidden`` for ``mlp``).
+      members: train only these clients of the partition, renumbered from 0 (None: all of them).
+      coalitions: groups of the partition's clients, each trained as a federation of its own from the
+        same initial model; every client in exactly one group (None: one federation).
 
     >>> spec = RunSpec.from_toml('algorithm = "ditto"\\n[config]\\nprox_mu = 0.5\\n').resolved()
     >>> spec.rounds, spec.partition["clients"], spec.config["prox_mu"], spec.model["name"]
@@ -130,6 +139,8 @@ class RunSpec:
     data: dict = dataclasses.field(default_factory=dict)
     partition: dict = dataclasses.field(default_factory=dict)
     model: dict = dataclasses.field(default_factory=dict)
+    members: Optional[tuple] = None
+    coalitions: Optional[tuple] = None
 
     # -- reading and writing
     @classmethod
@@ -161,6 +172,13 @@ class RunSpec:
         if isinstance(seeds, int) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
             raise RunError(f"seeds must be a non-empty list of integers, got {seeds!r}")
         table["seeds"] = tuple(seeds)
+        if table.get("members") is not None:
+            table["members"] = _client_list(table["members"], "members")
+        if table.get("coalitions") is not None:
+            groups = table["coalitions"]
+            if not isinstance(groups, (list, tuple)) or not groups:
+                raise RunError(f"coalitions must be a non-empty list of lists of client indices, got {groups!r}")
+            table["coalitions"] = tuple(_client_list(g, "each coalition") for g in groups)
         return cls(**table)
 
     @classmethod
@@ -310,6 +328,18 @@ class RunSpec:
         s = self.partition.get("s")
         if s is not None and not 0.0 <= s <= 1.0:
             raise RunError(f"s must be in [0, 1], got {s}")
+        if self.members is not None and self.coalitions is not None:
+            raise RunError("give either members or coalitions, not both")
+        groups = [self.members] if self.members is not None else list(self.coalitions or ())
+        listed = [c for group in groups for c in group]
+        if len(set(listed)) != len(listed):
+            raise RunError("a client is listed twice in " + ("members" if self.members is not None else "coalitions"))
+        if listed and clients is not None:
+            if max(listed) >= clients:
+                raise RunError(f"client {max(listed)} does not exist: the partition has {clients} clients")
+            if self.coalitions is not None and len(listed) != clients:
+                missing = sorted(set(range(clients)) - set(listed))
+                raise RunError(f"coalitions must place every client; missing: {missing}")
 
     def fingerprint(self, seed: int) -> dict:
         """What a resumed run must share with the checkpoint it resumes (everything that changes the
@@ -318,6 +348,13 @@ class RunSpec:
         out["data"] = {k: v for k, v in out["data"].items() if k != "data_dir"}
         out["seed"] = seed
         return out
+
+
+def _client_list(value, what: str) -> tuple:
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value)):
+        raise RunError(f"{what} must be a non-empty list of client indices (integers >= 0), got {value!r}")
+    return tuple(value)
 
 
 def _plain(value):
@@ -759,6 +796,9 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     spec.check()
     if len(spec.seeds) != 1:
         raise RunError(f"run() takes one seed, got {list(spec.seeds)}; run_all() runs each")
+    if spec.coalitions is not None:
+        return _run_coalitions(spec, out, resume=resume, progress=progress, plots=plots, command=command,
+                               logdir=logdir)
     seed = spec.seeds[0]
     t_start = time.time()
     algorithm = REGISTRY[spec.algorithm]
@@ -771,6 +811,8 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
             data.get("image_size"), **partition)
     except (DataError, FileNotFoundError) as err:
         raise RunError(str(err)) from None
+    if spec.members is not None:
+        train, test = restrict(train, spec.members), restrict(test, spec.members)
     model = make_model(spec.model, tuple(train.x.shape[2:]), num_classes)
     config = make_config(spec.algorithm, spec.config, spec.execution)
     state = algorithm.init(jax.random.PRNGKey(seed), model, train.x[0], train.num_clients, config)
@@ -871,6 +913,86 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     finally:
         if close is not None:
             close()
+    return result
+
+
+def restrict(data, members) -> Any:
+    """The federation of ``members`` alone: their rows, renumbered 0..k-1, padded only to the largest of them.
+
+    Args:
+      data: a :class:`pflax.data.ClientData`.
+      members: row positions of the clients to keep.
+
+    Returns:
+      A :class:`pflax.data.ClientData` of ``len(members)`` clients.
+
+    >>> from pflax.data import toy_federation
+    >>> train, _ = toy_federation(num_clients=3)
+    >>> small = restrict(train, [2, 0])
+    >>> small.client_ids.tolist(), small.sizes.tolist() == train.sizes[[2, 0]].tolist()
+    ([0, 1], True)
+    """
+    import jax.numpy as jnp
+
+    sub = data.take(list(members))
+    mask = np.asarray(sub.mask)
+    # Keep every slot up to the last real sample of any member (samples need not come first).
+    width = max(int(np.flatnonzero(mask.any(axis=0)).max(initial=-1)) + 1, 1)
+    return sub.replace(x=sub.x[:, :width], y=sub.y[:, :width], mask=sub.mask[:, :width],
+                       client_ids=jnp.arange(len(members), dtype=jnp.int32))
+
+
+def _run_coalitions(spec: RunSpec, out: str | os.PathLike, **options: Any) -> dict:
+    """:func:`run` of a spec with ``coalitions``: one run per coalition into ``out/coalition<k>/`` (each
+    resumed from its own checkpoints), then ``out/results.json`` with every client's accuracy."""
+    from .data import DataError
+    from .data.federations import load_federation
+    from .metrics import summarize
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / "run.toml", spec.to_toml().encode())
+    t_start = time.time()
+    resume = options.pop("resume")
+    parts = []
+    for k, members in enumerate(spec.coalitions):
+        sub_out = out / f"coalition{k}"
+        sub = dataclasses.replace(spec, coalitions=None, members=tuple(members))
+        resume_this = resume and (sub_out / "checkpoints").exists()
+        parts.append(run(sub, sub_out, resume=resume_this, **options))
+    data, partition = spec.data, spec.partition
+    try:  # the test split's sizes, for the weighted summaries
+        dataset, _, _, test = load_federation(
+            data["dataset"], partition["name"], partition["clients"], data["train_per_client"],
+            data["test_per_client"], spec.seeds[0], _data_dir(data.get("data_dir")), data.get("image_size"),
+            **{k: v for k, v in partition.items() if k not in ("name", "clients")})
+    except (DataError, FileNotFoundError) as err:
+        raise RunError(str(err)) from None
+    per_client = np.zeros(partition["clients"])
+    for members, part in zip(spec.coalitions, parts):
+        per_client[list(members)] = part["final_per_client"]
+    done = all(part["status"] == "finished" for part in parts)
+    result = {
+        "algorithm": spec.algorithm,
+        "dataset": dataset,
+        "status": "finished" if done else "running (a coalition is not finished)",
+        "evaluated_model": f"each client's personalized model as pflax.{spec.algorithm}.evaluate defines it, "
+                           "trained inside its own coalition, after the coalition's last evaluated round, "
+                           "on its own test split",
+        "command": options.get("command"),
+        "run": spec.to_dict(),
+        "seed": spec.seeds[0],
+        "coalitions": [list(m) for m in spec.coalitions],
+        "rounds_completed": min(part["rounds_completed"] for part in parts),
+        "final_accuracy": summarize(per_client, np.asarray(test.sizes)),
+        "final_per_client": per_client.tolist(),
+        "per_coalition": [{"members": list(m), "folder": f"coalition{k}", "status": part["status"],
+                           "rounds_completed": part["rounds_completed"], "final_accuracy": part["final_accuracy"]}
+                          for k, (m, part) in enumerate(zip(spec.coalitions, parts))],
+        "timing": {"total_s": time.time() - t_start,
+                   "coalitions_total_s": sum(part["timing"]["total_s"] for part in parts)},
+    }
+    _atomic_write(out / "results.json", json.dumps(result, indent=1).encode())
     return result
 
 

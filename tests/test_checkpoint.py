@@ -30,6 +30,33 @@ def trained(tmp_path_factory):
     return data, state, directory
 
 
+def test_a_config_field_added_since_resumes_only_at_its_default(tmp_path):
+    """A checkpoint written before a Config field existed resumes when the new field keeps its default
+    (the earlier behaviour) and is refused, naming the field, when it does not."""
+    import dataclasses
+
+    from pflax.core.federated import State
+
+    @dataclasses.dataclass(frozen=True)
+    class Before:
+        lr: float = 0.1
+
+    @dataclasses.dataclass(frozen=True)
+    class After(Before):
+        steps: int = 0
+
+    params = {"w": jax.numpy.ones(3)}
+    saved = State.create(jax.random.PRNGKey(0), params, {}, 2, None, Before())
+    checkpoint.save(tmp_path, saved, run={"config": {"lr": 0.1}})
+    later = State.create(jax.random.PRNGKey(0), params, {}, 2, None, After())
+    restored = checkpoint.restore(tmp_path, later, run={"config": {"lr": 0.1, "steps": 0}})
+    assert restored.step == 0
+    with pytest.raises(checkpoint.CheckpointError, match="config.steps: checkpoint <absent>, now 2"):
+        checkpoint.restore(tmp_path, later.replace(config=After(steps=2)), run={"config": {"lr": 0.1, "steps": 0}})
+    with pytest.raises(checkpoint.CheckpointError, match="run.config.steps: checkpoint <absent>, now 2"):
+        checkpoint.restore(tmp_path, later, run={"config": {"lr": 0.1, "steps": 2}})
+
+
 def _data_files(state_dir: Path) -> list[Path]:
     """The array data files of an orbax (OCDBT) step: every file in a ``d/`` folder (the layout
     varies with how orbax merged the write, so damage them all)."""

@@ -1,0 +1,82 @@
+"""Run files with ``members`` (a sub-federation) and ``coalitions`` (FedCollab's collaboration structure:
+each group trained as a federation of its own): the joined results equal the groups run one by one, a
+coalition run resumes and repeats from its run.toml, and bad groupings are refused by name."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pflax.experiment import RunError, RunSpec, restrict, run
+from pflax.data import toy_federation
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = dict(algorithm="fedavg", rounds=2, eval_every=1, config={"local_epochs": 1},
+            data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 4},
+            model={"name": "mlp", "hidden": [8]})
+
+
+def _run(out, **fields):
+    return run(RunSpec.from_dict({**BASE, **fields}), out, progress=False, plots=False)
+
+
+@pytest.fixture(scope="module")
+def coalition_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("coalitions")
+    return out, _run(out, coalitions=[[0, 2], [1, 3]])
+
+
+def test_coalitions_join_the_runs_of_their_members(coalition_run, tmp_path):
+    out, joined = coalition_run
+    assert joined["status"] == "finished" and joined["rounds_completed"] == 2
+    assert joined["coalitions"] == [[0, 2], [1, 3]]
+    for k, members in enumerate(joined["coalitions"]):
+        alone = _run(tmp_path / f"members{k}", members=members)
+        assert alone["final_per_client"] == [joined["final_per_client"][c] for c in members]
+        assert json.loads((out / f"coalition{k}" / "results.json").read_text())["final_per_client"] == \
+            alone["final_per_client"]
+    assert joined["final_accuracy"]["mean"] == pytest.approx(100 * np.mean(joined["final_per_client"]))
+
+
+def test_a_coalition_run_repeats_from_its_run_file_and_resumes(coalition_run, tmp_path):
+    out, joined = coalition_run
+    again = run(RunSpec.from_file(out / "run.toml"), tmp_path / "again", progress=False, plots=False)
+    assert again["final_per_client"] == joined["final_per_client"]
+    resumed = run(RunSpec.from_file(out / "run.toml"), out, resume=True, progress=False, plots=False)
+    assert resumed["final_per_client"] == joined["final_per_client"]
+
+
+def test_restrict_renumbers_and_trims_the_padding():
+    train, _ = toy_federation(num_clients=3)
+    train = train.replace(mask=train.mask.at[1, 5:].set(False).at[2, 7:].set(False))
+    small = restrict(train, [2, 1])
+    assert small.client_ids.tolist() == [0, 1] and small.x.shape[1] == 7
+    np.testing.assert_array_equal(np.asarray(small.x[0]), np.asarray(train.x[2, :7]))
+    assert small.sizes.tolist() == [7, 5]
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(coalitions=[[0, 1], [1, 2, 3]]), "listed twice"),
+    (dict(coalitions=[[0, 1], [2]]), r"missing: \[3\]"),
+    (dict(coalitions=[[0, 9], [1, 2, 3]]), "client 9 does not exist"),
+    (dict(members=[0], coalitions=[[0, 1, 2, 3]]), "either members or coalitions"),
+    (dict(coalitions=[]), "non-empty list"),
+    (dict(members=[True]), "client indices"),
+])
+def test_bad_groupings_are_refused(fields, message):
+    with pytest.raises(RunError, match=message):
+        RunSpec.from_dict({**BASE, **fields}).check()
+
+
+def test_fedcollab_run_files_use_the_solved_structure():
+    solved = json.loads((REPO / "benchmarks/results/fedcollab_fmnist/results.json").read_text())
+    structure = solved["methods"]["FedAvg + FedCollab"]["coalitions"]
+    files = sorted((REPO / "benchmarks/paper/fedcollab/fedcollab_table1_fmnist").glob("*__fedcollab.toml"))
+    assert len(files) == 6
+    for path in files:
+        spec = RunSpec.from_file(path)
+        base = RunSpec.from_file(path.with_name(path.name.replace("__fedcollab", "")))
+        assert [list(g) for g in spec.coalitions] == structure, path.name
+        # The same run as the base's cell, only split into the coalitions.
+        assert {**spec.to_dict(), "seeds": None, "coalitions": None} == {**base.to_dict(), "seeds": None, "coalitions": None}, \
+            path.name
