@@ -929,7 +929,7 @@ def restrict(data, members) -> Any:
     >>> from pflax.data import toy_federation
     >>> train, _ = toy_federation(num_clients=3)
     >>> small = restrict(train, [2, 0])
-    >>> small.client_ids.tolist(), small.sizes.tolist() == train.sizes[[2, 0]].tolist()
+    >>> small.client_ids.tolist(), small.sizes.tolist() == [int(train.sizes[2]), int(train.sizes[0])]
     ([0, 1], True)
     """
     import jax.numpy as jnp
