@@ -1002,7 +1002,8 @@ def run_all(spec: RunSpec, out: str | os.PathLike, **options: Any) -> list[dict]
     Args:
       spec: the run.
       out: the results folder.
-      **options: :func:`run`'s keyword options.
+      **options: :func:`run`'s keyword options. With ``resume=True`` and several seeds, the seeds that
+        have checkpoints continue from them and the others start afresh.
 
     Returns:
       One ``results.json`` content per seed.
@@ -1016,5 +1017,12 @@ def run_all(spec: RunSpec, out: str | os.PathLike, **options: Any) -> list[dict]
     if len(spec.seeds) == 1:
         return [run(spec, out, **options)]
     logdir = options.pop("logdir", None)
-    return [run(dataclasses.replace(spec, seeds=(s,)), Path(out) / f"seed{s}",
-                logdir=None if logdir is None else Path(logdir) / f"seed{s}", **options) for s in spec.seeds]
+    resume = options.pop("resume", False)
+    results = []
+    for s in spec.seeds:
+        seed_out = Path(out) / f"seed{s}"
+        # Resuming continues the seeds that have checkpoints; a seed not reached yet starts afresh.
+        results.append(run(dataclasses.replace(spec, seeds=(s,)), seed_out,
+                           resume=resume and (seed_out / "checkpoints").exists(),
+                           logdir=None if logdir is None else Path(logdir) / f"seed{s}", **options))
+    return results

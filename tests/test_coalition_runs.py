@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pflax.experiment import RunError, RunSpec, restrict, run
+from pflax.experiment import RunError, RunSpec, restrict, run, run_all
 from pflax.data import toy_federation
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,3 +80,14 @@ def test_fedcollab_run_files_use_the_solved_structure():
         # The same run as the base's cell, only split into the coalitions.
         assert {**spec.to_dict(), "seeds": None, "coalitions": None} == {**base.to_dict(), "seeds": None, "coalitions": None}, \
             path.name
+
+
+def test_resuming_several_seeds_starts_the_seeds_not_reached_yet(tmp_path):
+    """An interrupted multi-seed run has checkpoints for its first seeds only: resuming continues those and
+    starts the others (it used to stop at the first seed without checkpoints)."""
+    spec = RunSpec.from_dict({**BASE, "seeds": [0, 1], "members": [0, 1]})
+    first = run(RunSpec.from_dict({**BASE, "members": [0, 1]}), tmp_path / "seed0", progress=False, plots=False)
+    both = run_all(spec, tmp_path, resume=True, progress=False, plots=False)
+    assert [r["seed"] for r in both] == [0, 1] and all(r["status"] == "finished" for r in both)
+    assert both[0]["resumed_at_rounds"] == [2] and both[1]["resumed_at_rounds"] == []
+    assert both[0]["final_per_client"] == first["final_per_client"]
