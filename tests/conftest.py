@@ -43,12 +43,10 @@ def default_xla_environ() -> dict:
     return dict(os.environ, XLA_FLAGS=flags)
 
 
-# Under `--dist loadfile`, pytest-xdist queues files by number of tests, so files with one or two
+# Under `-n 2 --dist loadfile`, pytest-xdist queues files by number of tests, so files with one or two
 # minute-long tests (8 devices, multi-process, notebook) started last and ran alone at the end. Queue the
-# files that take longest first instead (longest-first keeps every worker busy to the end); the
-# order is from `--durations` of full runs, the other files follow in their usual order. The suite runs
-# 3 workers on 2 cores: the Flower, notebook and multi-process tests spend much of their time waiting
-# on the processes they start, and a third worker computes meanwhile.
+# files that take longest first instead (longest-first keeps both workers busy to the end); the
+# order is from `--durations` of full runs, the other files follow in their usual order.
 _LONGEST_FIRST = (
     "test_flower.py", "test_contract.py", "test_fedcollab.py", "test_notebooks.py", "test_execution.py", "test_fedpick.py",
     "test_fedpac.py", "test_baselines_more.py", "test_baselines.py",
