@@ -485,7 +485,7 @@ FEDCOLLAB_TABLE1 = Page(
         " The other base algorithms of the table, without FedCollab (all 20 clients in one federation), have run "
         "files in `benchmarks/paper/fedcollab/fedcollab_table1_fmnist/` (partition `fedcollab_label_shift`, the "
         "same MLP and plain SGD, each method's hyper-parameters as the official code's defaults; FedNova, the "
-        "paper's best of them, with three seeds); they are read for Acc only. Their '+ FedCollab' cells (`<base>__fedcollab.toml`) "
+        "paper's best of them, and Finetune, Per-FedAvg and Ditto, whose spread over seeds in the paper is about as large as their first seed's gap, with three seeds); they are read for Acc only. Their '+ FedCollab' cells (`<base>__fedcollab.toml`) "
         "train the same run file inside the coalitions {0-4}, {5-9}, {10-19} that the solver picked above, each "
         "coalition a federation of its own (the run file's `coalitions`)."),
     sections=_fedcollab([("Local", "Local", "1", "Local Train", None),
