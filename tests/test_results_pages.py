@@ -330,3 +330,13 @@ def test_a_superseded_row_is_shown_but_not_counted(monkeypatch):
     assert cells[0].superseded and not gen.counted(cells[0], section)
     assert "superseded by `benchmarks/results/table2_fmnist/none`" in cells[0].status
     assert not cells[1].superseded and gen.counted(cells[1], section)
+
+
+def test_readme_headline_scoreboard_is_current():
+    """The README's one-line scoreboard repeats the total row of docs/results/README.md."""
+    line = re.search(r"\| every paper cell run so far \| (\d+) of (\d+) within 1\.5 points \|",
+                     (REPO / "README.md").read_text())
+    assert line, "the README's headline table lost its scoreboard line"
+    (board,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if t["header"][0] == "page"]
+    (total,) = [row for row in board["rows"] if row["page"] == "**all pages**"]
+    assert (int(line.group(1)), int(line.group(2))) == (int(total["within 1.5"]), int(total["cells"]))
