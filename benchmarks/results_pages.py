@@ -1037,6 +1037,38 @@ def fmt(value: float | None) -> str:
     return DASH if value is None else f"{value:.2f}"
 
 
+SAME_ROUND_HEADER = ["shorter run", "src", "at round", "gap", "FedPAC then", "FedPAC at the end",
+                     "FedPAC's later gain", "FedPAC src"]
+SAME_ROUND_EXPR = "100 * mean(personalized_history[round={round}].accuracy)"
+SAME_ROUND_TEXT = (
+    "**Same-round comparison.** Each counted shorter run more than 1.5 points from the paper, beside "
+    "this section's FedPAC run read at the same round (`" + SAME_ROUND_EXPR + "` of FedPAC's results file) "
+    "and at its last round: FedPAC's later gain is how much the run's length alone costs FedPAC here. A gap "
+    "much wider than that gain is more than truncation: the method learns more slowly than FedPAC, or its "
+    "rule differs.")
+
+
+def same_round_rows(cells: list[Cell], section: Section) -> list[list[str]]:
+    """Rows of the same-round comparison: every counted, finished, single-length shorter run more than 1.5
+    points from the paper, against the section's complete one-file FedPAC run at the same round."""
+    (fedpac, *_) = [c for c in cells if c.row.method == "FedPAC" and c.complete and len(c.files) == 1] or [None]
+    if fedpac is None:
+        return []
+    history = json.loads(fedpac.files[0].read_text())["personalized_history"]
+    evaluated = {e["round"] for e in history}
+    end = max(evaluated)
+    rows = []
+    for c in cells:
+        short = c.status.startswith("shorter run") and len(set(c.rounds)) == 1 and c.rounds[0] in evaluated
+        if not (short and counted(c, section) and abs(c.gap) > 1.5):
+            continue
+        then = evaluate(SAME_ROUND_EXPR.format(round=c.rounds[0]), json.loads(fedpac.files[0].read_text()))
+        last = evaluate(SAME_ROUND_EXPR.format(round=end), json.loads(fedpac.files[0].read_text()))
+        rows.append([c.row.method, c.ref, str(c.rounds[0]), f"{c.gap:+.2f}", fmt(then), fmt(last),
+                     f"{last - then:+.2f}", fedpac.ref])
+    return rows
+
+
 def fmt_ours(cell: Cell) -> str:
     if cell.mean is None:
         return DASH
@@ -1104,6 +1136,9 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
                          str(len(c.files)), c.status, "yes" if counted(c, section) else "no", c.ref])
         out += table(["method", "ours", "paper", "gap", "rounds", "seeds", "status", "counted", "src"], rows)
         out += ["", ordering_text(cells, section)]
+        compared = same_round_rows(cells, section)
+        if compared:
+            out += ["", SAME_ROUND_TEXT, ""] + table(SAME_ROUND_HEADER, compared)
         missing = not_run(cells)
         if missing["cells"]:
             out += ["", f"**Not run yet:** {missing['cells']} cell{'s' if missing['cells'] > 1 else ''}"

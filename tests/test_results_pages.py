@@ -180,6 +180,26 @@ def check_page(text: str, paper: dict) -> tuple[list[str], int]:
                 errors.append(f"{where}: gap printed {row['gap']}, expected {gap}")
             if row["counted"] == "yes" and gap == DASH:
                 errors.append(f"{where}: counted without a gap")
+    by_src = {row["src"]: row for t in results for row in t["rows"]}
+    for t in (t for t in tables if t["header"][0] == "shorter run"):
+        for row in t["rows"]:
+            where = f"same-round row {row['shorter run']} ({row['src']})"
+            cell, fedpac = by_src.get(row["src"]), sources.get(row["FedPAC src"])
+            if cell is None or fedpac is None or by_src[row["FedPAC src"]]["method"] != "FedPAC":
+                errors.append(f"{where}: its src or FedPAC src is not a row of this page")
+                continue
+            if (cell["method"], cell["gap"], cell["rounds"].split(" / ")[0]) != (row["shorter run"], row["gap"], row["at round"]):
+                errors.append(f"{where}: method, gap or round differ from its row in the results table")
+            if not cell["status"].startswith("shorter run") or abs(float(cell["gap"])) <= 1.5:
+                errors.append(f"{where}: not a shorter run more than 1.5 points from the paper")
+            (path,) = [REPO / f.strip("`") for f in fedpac["results file(s)"].split("<br>")]
+            data = json.loads(path.read_text())
+            end = max(e["round"] for e in data["personalized_history"])
+            then, last = (read(f"100 * mean(personalized_history[round={r}].accuracy)", data) for r in (int(row["at round"]), end))
+            expected = (f"{then:.2f}", f"{last:.2f}", f"{last - then:+.2f}")
+            if (row["FedPAC then"], row["FedPAC at the end"], row["FedPAC's later gain"]) != expected:
+                errors.append(f"{where}: FedPAC's numbers printed differ from {path}: {expected}")
+            checked += 1
     unused = set(sources) - used
     if unused:
         errors.append(f"Sources rows no table refers to: {sorted(unused)}")
@@ -261,6 +281,16 @@ def test_an_edited_number_is_caught(column, new):
     assert edited != text
     assert check_page(text, paper_csv())[0] == []
     assert check_page(edited, paper_csv())[0], f"an edited {column} went unnoticed"
+
+
+@pytest.mark.parametrize("old, new", [("| 88.67 | 91.62 | +2.95 | s15 |", "| 88.68 | 91.62 | +2.95 | s15 |"),
+                                      ("| APFL | s10 | 20 |", "| APFL | s10 | 30 |"),
+                                      ("| +2.95 | s15 |", "| +2.95 | s14 |")])
+def test_an_edited_same_round_row_is_caught(old, new):
+    text = (DOCS / "fedpac_table1.md").read_text()
+    edited = text.replace(old, new, 1)
+    assert edited != text, f"{old!r} is not on the page any more: update this test"
+    assert check_page(edited, paper_csv())[0], f"{new!r} went unnoticed"
 
 
 def test_a_wrong_field_is_caught():
