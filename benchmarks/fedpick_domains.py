@@ -9,6 +9,8 @@ domain, mean (std) over seeds. Ablations (Table IV) are FedPick with one switch 
 
     python benchmarks/fedpick_domains.py                      # main table + ablations, 3 seeds
     python benchmarks/fedpick_domains.py --arms fedpick fedbn --seeds 0
+    python benchmarks/fedpick_domains.py --domains mnist usps mnistm inverse rotated \
+        --out benchmarks/results/fedpick_domains_usps          # the real USPS as one client
 
 Finished runs are stored one JSON per (arm, seed) and skipped when the script is run again, so an
 interrupted benchmark resumes. ``--summary-only`` rebuilds the table and plots from those files.
@@ -186,6 +188,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--width", type=float, default=0.125)
+    p.add_argument("--domains", nargs="+", default=None,
+                   help="domains in client order (default: pflax.data.domains.DOMAINS); 'usps' is the real USPS")
     p.add_argument("--train-per-domain", type=int, default=1000)
     p.add_argument("--test-per-domain", type=int, default=None, help="default: the full 10,000-image test sets")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fedpick_domains"))
@@ -201,7 +205,8 @@ def main() -> None:
             if not todo:
                 continue
             t = time.time()
-            data = digit_domains(args.data_dir, train_per_domain=args.train_per_domain,
+            data = digit_domains(args.data_dir, *([tuple(args.domains)] if args.domains else []),
+                                 train_per_domain=args.train_per_domain,
                                  test_per_domain=args.test_per_domain, seed=seed)
             print(f"seed {seed}: data built in {time.time() - t:.0f} s; arms {todo}", flush=True)
             for arm in todo:

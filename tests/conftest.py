@@ -102,6 +102,17 @@ def fmnist_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def usps_file() -> Path:
+    path = datasets_root() / "usps" / "usps.h5"
+    if not path.is_file():
+        reason = f"real USPS not found at {path} (set PFLAX_DATASETS to the folder holding usps/usps.h5)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI must not skip: {reason}")
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="session")
 def mnist_dir() -> Path:
     return _require_dataset("mnist")
 

@@ -347,6 +347,26 @@ def test_offline_digit_domains(mnist_dir, fmnist_dir):
     assert (np.asarray(test.y) == np.asarray(test.y)[0]).all()
 
 
+def test_real_usps_is_a_domain_beside_mnist(usps_file, mnist_dir):
+    from pflax.data.domains import digit_domains, load_usps
+
+    usps = load_usps(usps_file)
+    assert usps["x_train"].shape == (7291, 32, 32, 3) and usps["x_test"].shape == (2007, 32, 32, 3)
+    assert set(np.unique(usps["y_train"])) == set(range(10)) and 0.0 <= usps["x_train"].min() < usps["x_train"].max() <= 1.0
+    train, test, names = digit_domains(mnist_dir.parent, ("mnist", "usps", "inverse"), train_per_domain=60, seed=1)
+    assert names == ["mnist", "usps", "inverse"] and train.x.shape == (3, 60, 32, 32, 3)
+    assert np.asarray(test.sizes).tolist() == [10000, 2007, 10000]  # every domain's full test set
+    x = np.asarray(train.x[1])
+    # USPS's own images: not any MNIST image, and its labels follow USPS's (7291 images, all 10 digits).
+    assert not any(np.array_equal(x[0], m) for m in np.asarray(train.x[0]))
+    assert x.min() >= -1.0 and x.max() <= 1.0
+    again, _, _ = digit_domains(mnist_dir.parent, ("mnist", "usps", "inverse"), train_per_domain=60, seed=1)
+    np.testing.assert_array_equal(np.asarray(again.x), np.asarray(train.x))
+    # The MNIST-based domains are the ones they would be without USPS beside them.
+    alone, _, _ = digit_domains(mnist_dir.parent, ("mnist",), train_per_domain=60, seed=1)
+    np.testing.assert_array_equal(np.asarray(alone.x[0]), np.asarray(train.x[0]))
+
+
 def test_digits_five_reads_local_domains_as_rgb32(tmp_path):
     from pflax.data.domains import digits_five_tfds
 

@@ -35,6 +35,8 @@ from .clients import ClientData, from_partition
 from .sources import DataError, load_idx_dir, load_tfds, read_idx
 
 DOMAINS = ("mnist", "mnistm", "inverse", "rotated", "noisy")
+# Real digit datasets other than MNIST that the federation can take as a domain of their own.
+REAL_DOMAINS = ("usps",)
 IMAGE_SIZE = 32
 
 
@@ -151,14 +153,51 @@ def normalize(rgb01: np.ndarray) -> np.ndarray:
     return ((rgb01 - 0.5) / 0.5).astype(np.float32)
 
 
+def load_usps(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The real USPS digits from ``usps.h5`` (``train/data`` [7291, 256] and ``test/data`` [2007, 256],
+    16x16 greyscale in [0, 1], with ``train/target`` and ``test/target``), resized bilinearly to RGB 32x32
+    in [0, 1], as FedBN and FedPick feed every domain. Needs the ``h5py`` package (the ``digits`` extra).
+
+    Args:
+      path: the ``usps.h5`` file.
+
+    Returns:
+      ``{"x_train", "y_train", "x_test", "y_test"}``: float32 images ``[n, 32, 32, 3]``, int32 labels.
+
+    >>> load_usps("/no/such/usps.h5")
+    Traceback (most recent call last):
+      ...
+    pflax.data.sources.DataError: USPS file '/no/such/usps.h5' does not exist
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"USPS file {str(path)!r} does not exist")
+    try:
+        import h5py
+    except ImportError:
+        raise DataError("reading usps.h5 needs h5py: pip install 'pflax[digits]'") from None
+    import jax
+
+    out = {}
+    with h5py.File(path, "r") as f:
+        for split in ("train", "test"):
+            gray = np.asarray(f[f"{split}/data"], np.float32).reshape(-1, 16, 16)
+            big = np.asarray(jax.image.resize(gray, (len(gray), IMAGE_SIZE, IMAGE_SIZE), "linear"))
+            out[f"x_{split}"] = np.repeat(np.clip(big, 0.0, 1.0)[..., None], 3, axis=-1)
+            out[f"y_{split}"] = np.asarray(f[f"{split}/target"], np.int32)
+    return out
+
+
 def digit_domains(data_dir: str | os.PathLike, domains: tuple[str, ...] = DOMAINS, train_per_domain: int = 1000,
                   test_per_domain: int | None = None, seed: int = 0) -> tuple[ClientData, ClientData, list[str]]:
     """The offline cross-domain federation: client ``i`` is domain ``domains[i]``.
 
     Args:
       data_dir: holds ``mnist/`` and ``fashion_mnist/`` IDX folders (the latter only for ``mnistm``).
-      domains: a subset of :data:`DOMAINS`, in client order.
-      train_per_domain: MNIST training images per domain, no overlap between domains (FedPick: 1000).
+      domains: names from :data:`DOMAINS` and :data:`REAL_DOMAINS`, in client order. ``usps`` is the real
+        USPS (``<data_dir>/usps/usps.h5``, :func:`load_usps`), with its own training and test images.
+      train_per_domain: training images per domain; the MNIST-based ones take disjoint MNIST images
+        (FedPick: 1000).
       test_per_domain: test images per domain; None keeps the full 10,000-image test set.
       seed: seeds the image choice and every domain's transform.
 
@@ -173,9 +212,9 @@ def digit_domains(data_dir: str | os.PathLike, domains: tuple[str, ...] = DOMAIN
     root = Path(data_dir)
     if not domains:
         raise DataError("at least one domain is needed")
-    unknown = [d for d in domains if d not in DOMAINS]
+    unknown = [d for d in domains if d not in DOMAINS + REAL_DOMAINS]
     if unknown:
-        raise DataError(f"unknown domains {unknown}; choose from {DOMAINS}")
+        raise DataError(f"unknown domains {unknown}; choose from {DOMAINS + REAL_DOMAINS}")
     if train_per_domain < 1:
         raise DataError(f"train_per_domain must be >= 1, got {train_per_domain}")
     mnist = _raw_idx(root / "mnist")
@@ -188,6 +227,19 @@ def digit_domains(data_dir: str | os.PathLike, domains: tuple[str, ...] = DOMAIN
     test_idx = np.arange(len(mnist["y_test"])) if test_per_domain is None else rng.permutation(len(mnist["y_test"]))[:n_test]
     xs_tr, ys_tr, xs_te, ys_te = [], [], [], []
     for i, domain in enumerate(domains):
+        if domain == "usps":  # a real domain: its own images, sampled like MNIST's
+            usps = load_usps(root / "usps" / "usps.h5")
+            r_usps = np.random.default_rng([seed, i, 2])
+            if train_per_domain > len(usps["y_train"]):
+                raise DataError(f"USPS has {len(usps['y_train'])} training images, asked for {train_per_domain}")
+            pick = r_usps.permutation(len(usps["y_train"]))[:train_per_domain]
+            tests = np.arange(len(usps["y_test"])) if test_per_domain is None else \
+                r_usps.permutation(len(usps["y_test"]))[:min(test_per_domain, len(usps["y_test"]))]
+            xs_tr.append(normalize(usps["x_train"][pick]))
+            ys_tr.append(usps["y_train"][pick])
+            xs_te.append(normalize(usps["x_test"][tests]))
+            ys_te.append(usps["y_test"][tests])
+            continue
         # One generator per (seed, domain, split): a domain's images do not depend on the others.
         idx = order[i * train_per_domain:(i + 1) * train_per_domain]
         r_train = np.random.default_rng([seed, i, 0])
