@@ -116,27 +116,27 @@ def summarize(out: Path, arms: list[str]) -> str:
         if not runs:
             continue
         domains = runs[0]["domains"]
-        best = np.asarray([r["best_per_domain"] for r in runs])  # [seeds, domains]
-        final = np.asarray([r["final_per_domain"] for r in runs])
-        avg, final_avg = best.mean(1), final.mean(1)
-        rows.append((arm, best.mean(0), best.std(0), avg.mean(), avg.std(), len(runs), runs[0]["rounds"],
-                     final.mean(0), final.std(0), final_avg.mean(), final_avg.std()))
+        stats = {}
+        for metric in ("best", "final"):
+            acc = np.asarray([r[f"{metric}_per_domain"] for r in runs])  # [seeds, domains]
+            stats[metric] = (acc.mean(0), acc.std(0), acc.mean(1).mean(), acc.mean(1).std())
+        rows.append((arm, stats, len(runs), runs[0]["rounds"]))
     if not rows:
         return "no results yet"
     lines = []
     # The paper reports the best accuracy over the evaluations; the last round's is the less flattering
     # reading, and the distance between the two differs between methods.
-    for title, (first, last) in (("Best test accuracy over the evaluations (the paper's metric)", (1, 5)),
-                                 ("Test accuracy after the last round", (7, 11))):
+    for metric, title in (("best", "Best test accuracy over the evaluations (the paper's metric)"),
+                          ("final", "Test accuracy after the last round")):
+        if lines:
+            lines.append("")
         lines += [f"{title}, per domain, mean (std) over seeds:", "",
                   "| method | " + " | ".join(domains) + " | mean | seeds | rounds |",
                   "|---" * (len(domains) + 4) + "|"]
-        for row in rows:
-            m, s, am, asd = row[first:last]
+        for arm, stats, n, r in rows:
+            m, s, am, asd = stats[metric]
             cells = " | ".join(f"{a:.2f} ({b:.2f})" for a, b in zip(m, s))
-            lines.append(f"| {LABELS.get(row[0], row[0])} | {cells} | **{am:.2f}** ({asd:.2f}) | {row[5]} | {row[6]} |")
-        lines.append("")
-    lines.pop()
+            lines.append(f"| {LABELS.get(arm, arm)} | {cells} | **{am:.2f}** ({asd:.2f}) | {n} | {r} |")
     # Ablations against FedPick on the same seeds (paired: same data, same initialisation).
     pick = {r["seed"]: r for r in (json.loads(p.read_text()) for p in out.glob("fedpick_seed*.json"))}
     paired = []
@@ -155,10 +155,12 @@ def summarize(out: Path, arms: list[str]) -> str:
         for arm, seeds, ours, base in paired:
             lines.append(f"| {LABELS.get(arm, arm)} | {', '.join(map(str, seeds))} | {ours:.2f} | {base:.2f} | {ours - base:+.2f} |")
     table = "\n".join(lines)
-    summary = {arm: {"mean_best": am, "std_best": asd, "per_domain_mean": m.tolist(), "per_domain_std": s.tolist(),
-                     "seeds": n, "rounds": r, "mean_final": fam, "std_final": fasd,
-                     "per_domain_final_mean": fm.tolist(), "per_domain_final_std": fs.tolist()}
-               for arm, m, s, am, asd, n, r, fm, fs, fam, fasd in rows}
+    summary = {}
+    for arm, stats, n, r in rows:
+        (m, s, am, asd), (fm, fs, fam, fasd) = stats["best"], stats["final"]
+        summary[arm] = {"mean_best": am, "std_best": asd, "per_domain_mean": m.tolist(), "per_domain_std": s.tolist(),
+                        "seeds": n, "rounds": r, "mean_final": fam, "std_final": fasd,
+                        "per_domain_final_mean": fm.tolist(), "per_domain_final_std": fs.tolist()}
     (out / "table.md").write_text(table + "\n")
     evaluated = ("each client's personalized model: the server's shared leaves + its own local leaves (BN, PFSM, "
                  "unshared parts), in evaluation mode (running BN statistics; FedPick: noise-free hard mask, "

@@ -1054,16 +1054,15 @@ def same_round_rows(cells: list[Cell], section: Section) -> list[list[str]]:
     (fedpac, *_) = [c for c in cells if c.row.method == "FedPAC" and c.complete and len(c.files) == 1] or [None]
     if fedpac is None:
         return []
-    history = json.loads(fedpac.files[0].read_text())["personalized_history"]
-    evaluated = {e["round"] for e in history}
+    data = json.loads(fedpac.files[0].read_text())
+    evaluated = {e["round"] for e in data["personalized_history"]}
     end = max(evaluated)
     rows = []
     for c in cells:
         short = c.status.startswith("shorter run") and len(set(c.rounds)) == 1 and c.rounds[0] in evaluated
         if not (short and counted(c, section) and abs(c.gap) > 1.5):
             continue
-        then = evaluate(SAME_ROUND_EXPR.format(round=c.rounds[0]), json.loads(fedpac.files[0].read_text()))
-        last = evaluate(SAME_ROUND_EXPR.format(round=end), json.loads(fedpac.files[0].read_text()))
+        then, last = (evaluate(SAME_ROUND_EXPR.format(round=r), data) for r in (c.rounds[0], end))
         rows.append([c.row.method, c.ref, str(c.rounds[0]), f"{c.gap:+.2f}", fmt(then), fmt(last),
                      f"{last - then:+.2f}", fedpac.ref])
     return rows

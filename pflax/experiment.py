@@ -866,6 +866,7 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
             "resumed_at_rounds": record.resumed_at,
             "final_accuracy": summarize(np.asarray(final), np.asarray(test.sizes)),
             "final_per_client": final,
+            "test_sizes": np.asarray(test.sizes).tolist(),
             "history": record.history,
             "personalized_history": record.evaluations,
             "last_round": record.last_round,
@@ -942,11 +943,15 @@ def restrict(data, members) -> Any:
                        client_ids=jnp.arange(len(members), dtype=jnp.int32))
 
 
+def _resumable(resume: bool, out: Path) -> bool:
+    """Whether one part of a multi-part run (a seed, a coalition) resumes: when asked to and it has
+    checkpoints; a part not reached yet starts afresh."""
+    return resume and (out / "checkpoints").exists()
+
+
 def _run_coalitions(spec: RunSpec, out: str | os.PathLike, **options: Any) -> dict:
     """:func:`run` of a spec with ``coalitions``: one run per coalition into ``out/coalition<k>/`` (each
     resumed from its own checkpoints), then ``out/results.json`` with every client's accuracy."""
-    from .data import DataError
-    from .data.federations import load_federation
     from .metrics import summarize
 
     out = Path(out)
@@ -958,23 +963,16 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, **options: Any) -> di
     for k, members in enumerate(spec.coalitions):
         sub_out = out / f"coalition{k}"
         sub = dataclasses.replace(spec, coalitions=None, members=tuple(members))
-        resume_this = resume and (sub_out / "checkpoints").exists()
-        parts.append(run(sub, sub_out, resume=resume_this, **options))
-    data, partition = spec.data, spec.partition
-    try:  # the test split's sizes, for the weighted summaries
-        dataset, _, _, test = load_federation(
-            data["dataset"], partition["name"], partition["clients"], data["train_per_client"],
-            data["test_per_client"], spec.seeds[0], _data_dir(data.get("data_dir")), data.get("image_size"),
-            **{k: v for k, v in partition.items() if k not in ("name", "clients")})
-    except (DataError, FileNotFoundError) as err:
-        raise RunError(str(err)) from None
-    per_client = np.zeros(partition["clients"])
+        parts.append(run(sub, sub_out, resume=_resumable(resume, sub_out), **options))
+    # Every client's accuracy and test size, in the partition's client order.
+    per_client, test_sizes = np.zeros(spec.partition["clients"]), np.zeros(spec.partition["clients"])
     for members, part in zip(spec.coalitions, parts):
         per_client[list(members)] = part["final_per_client"]
+        test_sizes[list(members)] = part["test_sizes"]
     done = all(part["status"] == "finished" for part in parts)
     result = {
         "algorithm": spec.algorithm,
-        "dataset": dataset,
+        "dataset": parts[0]["dataset"],
         "status": "finished" if done else "running (a coalition is not finished)",
         "evaluated_model": f"each client's personalized model as pflax.{spec.algorithm}.evaluate defines it, "
                            "trained inside its own coalition, after the coalition's last evaluated round, "
@@ -984,8 +982,9 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, **options: Any) -> di
         "seed": spec.seeds[0],
         "coalitions": [list(m) for m in spec.coalitions],
         "rounds_completed": min(part["rounds_completed"] for part in parts),
-        "final_accuracy": summarize(per_client, np.asarray(test.sizes)),
+        "final_accuracy": summarize(per_client, test_sizes),
         "final_per_client": per_client.tolist(),
+        "test_sizes": test_sizes.astype(int).tolist(),
         "per_coalition": [{"members": list(m), "folder": f"coalition{k}", "status": part["status"],
                            "rounds_completed": part["rounds_completed"], "final_accuracy": part["final_accuracy"]}
                           for k, (m, part) in enumerate(zip(spec.coalitions, parts))],
@@ -1021,8 +1020,6 @@ def run_all(spec: RunSpec, out: str | os.PathLike, **options: Any) -> list[dict]
     results = []
     for s in spec.seeds:
         seed_out = Path(out) / f"seed{s}"
-        # Resuming continues the seeds that have checkpoints; a seed not reached yet starts afresh.
-        results.append(run(dataclasses.replace(spec, seeds=(s,)), seed_out,
-                           resume=resume and (seed_out / "checkpoints").exists(),
+        results.append(run(dataclasses.replace(spec, seeds=(s,)), seed_out, resume=_resumable(resume, seed_out),
                            logdir=None if logdir is None else Path(logdir) / f"seed{s}", **options))
     return results

@@ -86,10 +86,12 @@ def datasets_root() -> Path:
     return Path(os.environ.get("PFLAX_DATASETS", REPO.parent / "shared" / "datasets"))
 
 
-def _require_dataset(name: str) -> Path:
+def _require_dataset(name: str, file: str = "train-images-idx3-ubyte.gz") -> Path:
+    """``$PFLAX_DATASETS/<name>``, holding ``file``; the test skips without it, and fails under CI."""
     path = datasets_root() / name
-    if not (path / "train-images-idx3-ubyte.gz").exists():
-        reason = f"real dataset {name!r} not found at {path} (set PFLAX_DATASETS to the folder holding {name}/)"
+    if not (path / file).exists():
+        reason = (f"real dataset {name!r} not found at {path} (set PFLAX_DATASETS to the folder holding "
+                  f"{name}/{file})")
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"CI must not skip: {reason}")
         pytest.skip(reason)
@@ -103,13 +105,7 @@ def fmnist_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def usps_file() -> Path:
-    path = datasets_root() / "usps" / "usps.h5"
-    if not path.is_file():
-        reason = f"real USPS not found at {path} (set PFLAX_DATASETS to the folder holding usps/usps.h5)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI must not skip: {reason}")
-        pytest.skip(reason)
-    return path
+    return _require_dataset("usps", "usps.h5") / "usps.h5"
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,23 @@ def assert_trees_close(got, want, rtol=1e-4, atol=1e-6):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
 
 
+def real_minibatches(state, train, i: int, batch_size: int):
+    """Client ``i``'s minibatches with real samples in its one-epoch round, in the round's order (the
+    round's own key): ``(minibatch, valid)`` pairs."""
+    key = federated.participant_keys(state, train.client_ids)[i]
+    indices, valid = epoch_order(key, train.mask[i], 1, batch_size)
+    data = {"x": train.x[i], "y": train.y[i]}
+    for t in range(indices.shape[0]):
+        if bool(valid[t].any()):
+            yield gather_minibatch(data, indices[t], valid[t]), valid[t]
+
+
+def weighted_mean(trees, train):
+    """The server's sample-size weighted mean of the clients' models."""
+    sizes = np.asarray(train.sizes, np.float64)
+    return jax.tree.map(lambda *ws: sum(s * a for s, a in zip(sizes / sizes.sum(), ws)), *trees)
+
+
 N_MAX = 10  # one padded size: only the batch size and the step count change the compiled shapes
 
 
@@ -97,17 +114,12 @@ def test_pfedme_restart_theta_starts_each_minibatch_from_the_local_model(fed):
                         restart_theta=True)
     state = pfedme.init(KEY, MODEL, train.x[0], NUM_CLIENTS, cfg)
     new, _ = pfedme.round(state, train)
-    keys = federated.participant_keys(state, train.client_ids)
     grad = jax.jit(jax.grad(base.ce_loss(MODEL)))
-    data = {"x": train.x, "y": train.y}
     locals_ = []
     for i in range(NUM_CLIENTS):
-        indices, valid = epoch_order(keys[i], train.mask[i], 1, cfg.batch_size)
         w = theta = state.server
-        for t in range(indices.shape[0]):
-            if not bool(valid[t].any()):
-                continue
-            batch, weights = gather_minibatch(row(data, i), indices[t], valid[t]), valid[t].astype(jnp.float32)
+        for batch, valid in real_minibatches(state, train, i, cfg.batch_size):
+            weights = valid.astype(jnp.float32)
             theta = w  # the restart
             for _ in range(cfg.inner_steps):
                 g = grad(theta, batch, weights)
@@ -115,9 +127,7 @@ def test_pfedme_restart_theta_starts_each_minibatch_from_the_local_model(fed):
             w = jax.tree.map(lambda w_, t_: w_ - cfg.lr * cfg.prox_mu * (w_ - t_), w, theta)
         assert_trees_close(row(new.clients, i), theta)
         locals_.append(w)
-    sizes = np.asarray(train.sizes, np.float64)
-    want = jax.tree.map(lambda *ws: sum(s * a for s, a in zip(sizes / sizes.sum(), ws)), *locals_)
-    assert_trees_close(new.server, want)  # clients take 2 or 3 minibatches, so a warm start would differ
+    assert_trees_close(new.server, weighted_mean(locals_, train))  # 2 or 3 minibatches: a warm start would differ
 
 
 @settings(max_examples=40, deadline=None)
@@ -140,25 +150,20 @@ def test_perfedavg_halves_meta_steps_by_hand(fed):
     cfg = perfedavg.Config(**PLAIN, batch_size=8, alpha=0.1, beta=0.1, pairing="halves")
     state = perfedavg.init(KEY, MODEL, train.x[0], NUM_CLIENTS, cfg)
     new, _ = perfedavg.round(state, train)
-    keys = federated.participant_keys(state, train.client_ids)
     grad = jax.jit(jax.grad(base.ce_loss(MODEL)))
-    data = {"x": train.x, "y": train.y}
     models = []
     for i in range(NUM_CLIENTS):
-        indices, valid = epoch_order(keys[i], train.mask[i], 1, 8)
         w = state.server
-        for t in range(indices.shape[0]):
-            real = np.flatnonzero(np.asarray(valid[t]))
+        for batch, valid in real_minibatches(state, train, i, cfg.batch_size):
+            real = np.flatnonzero(np.asarray(valid))
             if len(real) < 4:
                 continue  # too small to halve
             pivot = len(real) // 2
             first = jnp.zeros(8, bool).at[real[:pivot]].set(True)
             second = jnp.zeros(8, bool).at[real[pivot:]].set(True)
-            batch = gather_minibatch(row(data, i), indices[t], valid[t])
             adapted = jax.tree.map(lambda a, g: a - cfg.alpha * g, w, grad(w, batch, first.astype(jnp.float32)))
             w = jax.tree.map(lambda a, g: a - cfg.beta * g, w, grad(adapted, batch, second.astype(jnp.float32)))
         models.append(w)
-    sizes = np.asarray(train.sizes, np.float64)
-    assert_trees_close(new.server, jax.tree.map(lambda *ws: sum(s * a for s, a in zip(sizes / sizes.sum(), ws)), *models))
+    assert_trees_close(new.server, weighted_mean(models, train))
     with pytest.raises(ValueError, match="needs version 'fo'"):
         perfedavg.Config(pairing="halves", version="hf")
