@@ -37,7 +37,10 @@ Two optional top-level keys restrict or split the federation: ``members = [3, 7,
 clients of the partition (renumbered 0, 1, 2), and ``coalitions = [[0, 1], [2, 3, 4]]`` trains each group
 as a federation of its own, from the same initial model (FedCollab's collaboration structure, Bao et
 al., ICML 2023, Section 4.3); its results folder holds one ``coalition<k>/`` run per group and a
-``results.json`` that joins their clients' accuracies.
+``results.json`` that joins their clients' accuracies. Instead of fixed coalitions, a ``[structure]``
+table finds them before training: ``method = "kmeans"`` with ``clusters`` and ``local_epochs`` clusters
+the clients' local models (:mod:`pflax.algorithms.fedcollab.kmeans`); the groups found are recorded in
+``results.json``.
 
 Every results folder holds ``run.toml``, the *resolved* file (every default filled in, the algorithm's
 whole ``Config`` written out), so ``pflax run --config <out>/run.toml`` repeats the run bit for bit.
@@ -122,6 +125,8 @@ class RunSpec:
       members: train only these clients of the partition, renumbered from 0 (None: all of them).
       coalitions: groups of the partition's clients, each trained as a federation of its own from the
         same initial model; every client in exactly one group (None: one federation).
+      structure: find the coalitions before training instead: ``{"method": "kmeans", "clusters": k,
+        "local_epochs": E}`` (:data:`STRUCTURES`); None: no search.
 
     >>> spec = RunSpec.from_toml('algorithm = "ditto"\\n[config]\\nprox_mu = 0.5\\n').resolved()
     >>> spec.rounds, spec.partition["clients"], spec.config["prox_mu"], spec.model["name"]
@@ -141,6 +146,7 @@ class RunSpec:
     model: dict = dataclasses.field(default_factory=dict)
     members: Optional[tuple] = None
     coalitions: Optional[tuple] = None
+    structure: Optional[dict] = None
 
     # -- reading and writing
     @classmethod
@@ -165,7 +171,7 @@ class RunSpec:
         unknown = sorted(set(table) - names)
         if unknown:
             raise RunError(f"unknown run-file key(s) {', '.join(unknown)}; allowed: seed, {', '.join(sorted(names))}")
-        for name in ("config", "data", "partition", "model"):
+        for name in ("config", "data", "partition", "model", "structure"):
             if not isinstance(table.get(name, {}), dict):
                 raise RunError(f"[{name}] must be a table")
         seeds = table.get("seeds", (0,))
@@ -292,9 +298,10 @@ class RunSpec:
             need = "bn_cnn (BatchNorm)" if algorithm.backbone == "bn" else "cnn or mlp"
             raise RunError(f"{self.algorithm} needs model {need}, not {model['name']!r}")
         config = _plain(_config_fields(make_config(self.algorithm, self.config, self.execution)))
+        structure = None if self.structure is None else _structure_parameters(self.structure)
         return dataclasses.replace(
             self, rounds=sizes["rounds"] if self.rounds is None else self.rounds, config=config, data=data,
-            partition=partition, model=model)
+            partition=partition, model=model, structure=structure)
 
     def check(self) -> None:
         """Refuse values no run can use (:class:`RunError`, naming the field).
@@ -330,6 +337,10 @@ class RunSpec:
             raise RunError(f"s must be in [0, 1], got {s}")
         if self.members is not None and self.coalitions is not None:
             raise RunError("give either members or coalitions, not both")
+        if self.structure is not None:
+            if self.members is not None or self.coalitions is not None:
+                raise RunError("give either [structure] or members/coalitions, not both")
+            _structure_parameters(self.structure)
         groups = [self.members] if self.members is not None else list(self.coalitions or ())
         listed = [c for group in groups for c in group]
         if len(set(listed)) != len(listed):
@@ -340,6 +351,9 @@ class RunSpec:
             if self.coalitions is not None and len(listed) != clients:
                 missing = sorted(set(range(clients)) - set(listed))
                 raise RunError(f"coalitions must place every client; missing: {missing}")
+        k = (self.structure or {}).get("clusters")
+        if isinstance(k, int) and clients is not None and k > clients:
+            raise RunError(f"[structure] clusters = {k} is more than the partition's {clients} clients")
 
     def fingerprint(self, seed: int) -> dict:
         """What a resumed run must share with the checkpoint it resumes (everything that changes the
@@ -348,6 +362,26 @@ class RunSpec:
         out["data"] = {k: v for k, v in out["data"].items() if k != "data_dir"}
         out["seed"] = seed
         return out
+
+
+# The searches a run file's [structure] table can name, with their parameters' defaults.
+STRUCTURES = {"kmeans": {"clusters": 3, "local_epochs": 1}}
+
+
+def _structure_parameters(table: dict) -> dict:
+    """A ``[structure]`` table checked and completed with its method's defaults."""
+    method = table.get("method")
+    if method not in STRUCTURES:
+        raise RunError(f"[structure] method must be one of {', '.join(STRUCTURES)}, got {method!r}")
+    defaults = STRUCTURES[method]
+    unknown = sorted(set(table) - {"method"} - set(defaults))
+    if unknown:
+        raise RunError(f"[structure] {method} has no parameter {', '.join(unknown)} (it takes: {', '.join(defaults)})")
+    params = {**defaults, **{k: v for k, v in table.items() if k != "method"}}
+    for name, value in params.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise RunError(f"[structure] {name} must be an integer >= 1, got {value!r}")
+    return {"method": method, **params}
 
 
 def _client_list(value, what: str) -> tuple:
@@ -787,7 +821,6 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     from . import checkpoint
     from .algorithms import REGISTRY
     from .data import DataError
-    from .data.federations import load_federation
     from .data.partition import dominant_groups
     from .metrics import summarize
 
@@ -796,21 +829,18 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     spec.check()
     if len(spec.seeds) != 1:
         raise RunError(f"run() takes one seed, got {list(spec.seeds)}; run_all() runs each")
+    options = dict(resume=resume, progress=progress, plots=plots, command=command, logdir=logdir)
+    if spec.structure is not None:
+        found = find_structure(spec)
+        groups = tuple(tuple(g) for g in found["coalitions"])
+        return _run_coalitions(dataclasses.replace(spec, structure=None, coalitions=groups), out,
+                               structure=found, written=spec, **options)
     if spec.coalitions is not None:
-        return _run_coalitions(spec, out, resume=resume, progress=progress, plots=plots, command=command,
-                               logdir=logdir)
+        return _run_coalitions(spec, out, **options)
     seed = spec.seeds[0]
     t_start = time.time()
     algorithm = REGISTRY[spec.algorithm]
-    data = spec.data
-    partition = {k: v for k, v in spec.partition.items() if k not in ("name", "clients")}
-    try:
-        dataset, num_classes, train, test = load_federation(
-            data["dataset"], spec.partition["name"], spec.partition["clients"], data["train_per_client"],
-            data["test_per_client"], seed, _data_dir(data.get("data_dir")),
-            data.get("image_size"), **partition)
-    except (DataError, FileNotFoundError) as err:
-        raise RunError(str(err)) from None
+    dataset, num_classes, train, test = _load_data(spec)
     if spec.members is not None:
         train, test = restrict(train, spec.members), restrict(test, spec.members)
     model = make_model(spec.model, tuple(train.x.shape[2:]), num_classes)
@@ -917,6 +947,51 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     return result
 
 
+def _load_data(spec: RunSpec) -> tuple:
+    """``(dataset name, number of classes, train, test)`` of a resolved one-seed spec's partition."""
+    from .data import DataError
+    from .data.federations import load_federation
+
+    data = spec.data
+    partition = {k: v for k, v in spec.partition.items() if k not in ("name", "clients")}
+    try:
+        return load_federation(data["dataset"], spec.partition["name"], spec.partition["clients"],
+                               data["train_per_client"], data["test_per_client"], spec.seeds[0],
+                               _data_dir(data.get("data_dir")), data.get("image_size"), **partition)
+    except (DataError, FileNotFoundError) as err:
+        raise RunError(str(err)) from None
+
+
+def find_structure(spec: RunSpec) -> dict:
+    """The coalitions a spec's ``[structure]`` finds, before any federated training.
+
+    Args:
+      spec: a one-seed spec with ``structure`` (resolved here if it is not yet).
+
+    Returns:
+      The search's record (:func:`pflax.algorithms.fedcollab.kmeans.structure` for ``kmeans``), with
+      ``coalitions``, the groups of the partition's clients.
+
+    >>> spec = RunSpec("fedavg", config={"lr": 0.1}, data={"train_per_client": 20, "test_per_client": 20},
+    ...                partition={"clients": 4}, model={"name": "mlp", "hidden": [8]},
+    ...                structure={"method": "kmeans", "clusters": 2})
+    >>> sorted(sum(find_structure(spec)["coalitions"], []))
+    [0, 1, 2, 3]
+    """
+    import jax
+
+    from .algorithms.fedcollab import kmeans
+
+    spec.check()
+    spec = spec.resolved()
+    seed = spec.seeds[0]
+    _, num_classes, train, _ = _load_data(spec)
+    model = make_model(spec.model, tuple(train.x.shape[2:]), num_classes)
+    params = spec.structure
+    return kmeans.structure(jax.random.PRNGKey(seed), model, train, spec.config, params["clusters"],
+                            params["local_epochs"], seed)
+
+
 def restrict(data, members) -> Any:
     """The federation of ``members`` alone: their rows, renumbered 0..k-1, padded only to the largest of them.
 
@@ -949,14 +1024,17 @@ def _resumable(resume: bool, out: Path) -> bool:
     return resume and (out / "checkpoints").exists()
 
 
-def _run_coalitions(spec: RunSpec, out: str | os.PathLike, **options: Any) -> dict:
+def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[dict] = None,
+                    written: Optional[RunSpec] = None, **options: Any) -> dict:
     """:func:`run` of a spec with ``coalitions``: one run per coalition into ``out/coalition<k>/`` (each
-    resumed from its own checkpoints), then ``out/results.json`` with every client's accuracy."""
+    resumed from its own checkpoints), then ``out/results.json`` with every client's accuracy. With a
+    ``structure`` search's record, ``written`` (the spec with its ``[structure]``) is the run file kept."""
     from .metrics import summarize
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "run.toml", spec.to_toml().encode())
+    written = written or spec
+    _atomic_write(out / "run.toml", written.to_toml().encode())
     t_start = time.time()
     resume = options.pop("resume")
     parts = []
@@ -978,9 +1056,10 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, **options: Any) -> di
                            "trained inside its own coalition, after the coalition's last evaluated round, "
                            "on its own test split",
         "command": options.get("command"),
-        "run": spec.to_dict(),
+        "run": written.to_dict(),
         "seed": spec.seeds[0],
         "coalitions": [list(m) for m in spec.coalitions],
+        **({"structure": structure} if structure is not None else {}),
         "rounds_completed": min(part["rounds_completed"] for part in parts),
         "final_accuracy": summarize(per_client, test_sizes),
         "final_per_client": per_client.tolist(),
@@ -988,7 +1067,9 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, **options: Any) -> di
         "per_coalition": [{"members": list(m), "folder": f"coalition{k}", "status": part["status"],
                            "rounds_completed": part["rounds_completed"], "final_accuracy": part["final_accuracy"]}
                           for k, (m, part) in enumerate(zip(spec.coalitions, parts))],
-        "timing": {"total_s": time.time() - t_start,
+        # A round of the whole federation is one round in every coalition, run one after the other.
+        "timing": {"mean_round_s_after_first": sum(part["timing"]["mean_round_s_after_first"] for part in parts),
+                   "total_s": time.time() - t_start,
                    "coalitions_total_s": sum(part["timing"]["total_s"] for part in parts)},
     }
     _atomic_write(out / "results.json", json.dumps(result, indent=1).encode())
