@@ -97,6 +97,7 @@ def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
         "fedpac/table10_fmnist/fedpac.toml", "fedpac/table10_fmnist/ditto.toml",
         "fedcollab/fedcollab_table1_fmnist/fednova.toml", "fedcollab/fedcollab_table2_fmnist/fedcluster.toml",
         "fedcollab/fedcollab_table2_fmnist/kmeans.toml",  # cheap: one local-training round, then FedAvg
+        "fedcollab/fedcollab_table2_fmnist/kmeans__local_epochs_1.toml",
         # The paper's spread over seeds is about as large as the first seed's gap for these three.
         "fedcollab/fedcollab_table1_fmnist/finetune.toml", "fedcollab/fedcollab_table1_fmnist/perfedavg.toml",
         "fedcollab/fedcollab_table1_fmnist/ditto.toml",
