@@ -13,7 +13,9 @@ domain, mean (std) over seeds. Ablations (Table IV) are FedPick with one switch 
         --out benchmarks/results/fedpick_domains_usps          # the real USPS as one client
 
 Finished runs are stored one JSON per (arm, seed) and skipped when the script is run again, so an
-interrupted benchmark resumes. ``--summary-only`` rebuilds the table and plots from those files.
+interrupted benchmark resumes. With ``--checkpoint-every k`` a run also resumes midway, from its latest
+checkpoint (``<out>/checkpoints/<arm>_seed<k>/``), bit for bit: for long runs such as the width-1 CNN's.
+``--summary-only`` rebuilds the table and plots from those files.
 
 Deliberate differences from the paper, for a 2-core CPU: a narrower CNN (``--width 0.125``: channels
 8/8/16, k = 1024, head 256/64; ``--width 1`` is the paper's 8192-feature model), fewer rounds
@@ -23,6 +25,7 @@ Deliberate differences from the paper, for a 2-core CPU: a narrower CNN (``--wid
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -66,7 +69,8 @@ def algorithm(arm: str):
 def run_one(arm: str, seed: int, data, args) -> dict:
     import jax
 
-    from pflax.experiment import loop
+    from pflax import checkpoint
+    from pflax.experiment import Record, loop
     from pflax.models.bn import digits_cnn
 
     train, test, names = data
@@ -74,9 +78,23 @@ def run_one(arm: str, seed: int, data, args) -> dict:
     model = digits_cnn(10, width=args.width)
     state = module.init(jax.random.PRNGKey(seed), model, train.x[0], train.num_clients, config)
     t0 = time.time()
+    # A run unfinished when the script stopped continues from its last checkpoint (long runs, such as
+    # the width-1 CNN's, span sessions); everything that changes the computation must match.
+    checkpoints = Path(args.out) / "checkpoints" / f"{arm}_seed{seed}"
+    fingerprint = {"arm": arm, "seed": seed, "width": args.width, "domains": list(names),
+                   "train_per_domain": args.train_per_domain, "test_per_domain": args.test_per_domain,
+                   "eval_every": args.eval_every}
+    record = Record()
+    if checkpoint.latest_step(checkpoints):
+        restored = checkpoint.restore(checkpoints, state, run=fingerprint)
+        state, record = restored.state, Record(**restored.extra)
+        record.resumed_at.append(restored.step)
+        print(f"  [{arm} seed {seed}] resumed at round {restored.step}", flush=True)
 
     def report(state, record, evaluated: bool) -> None:
         row = record.history[-1]
+        if args.checkpoint_every and row["round"] % args.checkpoint_every == 0 and row["round"] < args.rounds:
+            checkpoint.save(checkpoints, state, run=fingerprint, max_to_keep=2, extra=dataclasses.asdict(record))
         if row.get("refused_nonfinite"):
             print(f"  [{arm} seed {seed}] round {row['round']}: non-finite update refused", flush=True)
         if evaluated:
@@ -87,8 +105,8 @@ def run_one(arm: str, seed: int, data, args) -> dict:
 
     # The experiment loop: every client every round, evaluated every --eval-every rounds and at the end;
     # a non-finite round is refused (the state kept) and training goes on, as before.
-    state, record = loop(module, state, train, test, args.rounds, eval_every=args.eval_every, after_round=report,
-                         on_nonfinite="continue")
+    state, record = loop(module, state, train, test, args.rounds, eval_every=args.eval_every, record=record,
+                         after_round=report, on_nonfinite="continue")
     curve = [[100 * a for a in e["accuracy"]] for e in record.evaluations]
     rounds_evaluated = [e["round"] for e in record.evaluations]
     curve = np.asarray(curve)
@@ -97,6 +115,7 @@ def run_one(arm: str, seed: int, data, args) -> dict:
         "eval_rounds": rounds_evaluated, "accuracy_curve": curve.tolist(),
         "best_per_domain": curve.max(0).tolist(), "final_per_domain": curve[-1].tolist(),
         "seconds": time.time() - t0, "config": repr(config),
+        **({"resumed_at_rounds": record.resumed_at} if record.resumed_at else {}),
     }
     if arm == "fedpick" and seed == args.seeds[0]:
         from pflax.algorithms import fedpick
@@ -209,6 +228,9 @@ def main() -> None:
     p.add_argument("--test-per-domain", type=int, default=None, help="default: the full 10,000-image test sets")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fedpick_domains"))
     p.add_argument("--summary-only", action="store_true")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="checkpoint every k rounds into <out>/checkpoints/<arm>_seed<k>/ (0: never); a run "
+                        "stopped midway continues from its latest checkpoint")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
