@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pflax import cli
@@ -125,6 +126,23 @@ def test_fedavg_dirichlet_100_clients_on_fashion_mnist(fmnist_dir, tmp_path):
     assert [row["participants"] for row in result["history"]] == [10, 10]
     assert result["run"]["partition"] == {"name": "dirichlet", "clients": 100, "beta": 0.1, "min_size": 10}
     assert result["final_accuracy"]["mean"] > 10.0  # above chance after two rounds of FedAvg
+
+
+def test_usps_h5_is_a_dataset_of_its_own(usps_file, tmp_path):
+    """``--dataset usps`` reads the shipped ``usps.h5`` (not IDX files) at its own 16x16 greyscale."""
+    from pflax.data import load_dataset
+    from pflax.data.sources import read_usps
+
+    data = load_dataset("usps", data_dir=usps_file.parent.parent)
+    raw = read_usps(usps_file)
+    assert data.x_train.shape == (7291, 16, 16, 1) and data.x_test.shape == (2007, 16, 16, 1)
+    assert data.num_classes == 10 and sorted(set(data.y_test.tolist())) == list(range(10))
+    np.testing.assert_allclose(data.x_train[..., 0], (raw["x_train"] - 0.5) / 0.5, rtol=0, atol=1e-6)
+    out = tmp_path / "usps"
+    assert cli.main(["run", "fedavg", "--dataset", "usps", "--data-dir", str(usps_file.parent.parent), "--clients", "3",
+                     "--model", "mlp", "--rounds", "1", "--set", "local_epochs=1", "--train-per-client", "100",
+                     "--test-per-client", "100", "--quiet", "--no-plots", "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["dataset"] == "usps"
 
 
 def test_fedbn_runs_on_the_digit_domains(fmnist_dir, mnist_dir, tmp_path):

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .clients import ClientData, from_partition
-from .sources import DataError, load_idx_dir, load_tfds, read_idx
+from .sources import DataError, load_idx_dir, load_tfds, read_idx, read_usps
 
 DOMAINS = ("mnist", "mnistm", "inverse", "rotated", "noisy")
 # Real digit datasets other than MNIST that the federation can take as a domain of their own.
@@ -169,22 +169,13 @@ def load_usps(path: str | os.PathLike) -> dict[str, np.ndarray]:
       ...
     pflax.data.sources.DataError: USPS file '/no/such/usps.h5' does not exist
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"USPS file {str(path)!r} does not exist")
-    try:
-        import h5py
-    except ImportError:
-        raise DataError("reading usps.h5 needs h5py: pip install 'pflax[digits]'") from None
     import jax
 
-    out = {}
-    with h5py.File(path, "r") as f:
-        for split in ("train", "test"):
-            gray = np.asarray(f[f"{split}/data"], np.float32).reshape(-1, 16, 16)
-            big = np.asarray(jax.image.resize(gray, (len(gray), IMAGE_SIZE, IMAGE_SIZE), "linear"))
-            out[f"x_{split}"] = np.repeat(np.clip(big, 0.0, 1.0)[..., None], 3, axis=-1)
-            out[f"y_{split}"] = np.asarray(f[f"{split}/target"], np.int32)
+    out = read_usps(path)
+    for split in ("train", "test"):
+        gray = out[f"x_{split}"]
+        big = np.asarray(jax.image.resize(gray, (len(gray), IMAGE_SIZE, IMAGE_SIZE), "linear"))
+        out[f"x_{split}"] = np.repeat(np.clip(big, 0.0, 1.0)[..., None], 3, axis=-1)
     return out
 
 

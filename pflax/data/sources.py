@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Dataset", "DataError", "load_idx_dir", "load_dataset", "load_tfds", "synthetic", "NORMALIZATION"]
+__all__ = ["Dataset", "DataError", "load_idx_dir", "load_dataset", "load_tfds", "read_usps", "synthetic", "NORMALIZATION"]
 
 
 class DataError(ValueError):
@@ -287,9 +287,49 @@ def synthetic(
 _DIR_NAMES = {"fashion_mnist": "fashion_mnist", "fmnist": "fashion_mnist", "mnist": "mnist"}
 
 
+def read_usps(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The real USPS digits as ``usps.h5`` stores them (``train/data`` [7291, 256] and ``test/data``
+    [2007, 256], 16x16 greyscale in [0, 1], with ``train/target`` and ``test/target``). Needs the
+    ``h5py`` package (the ``digits`` extra).
+
+    Args:
+      path: the ``usps.h5`` file.
+
+    Returns:
+      ``{"x_train", "y_train", "x_test", "y_test"}``: float32 images ``[n, 16, 16]`` in [0, 1], int32 labels.
+
+    >>> read_usps("/no/such/usps.h5")
+    Traceback (most recent call last):
+      ...
+    pflax.data.sources.DataError: USPS file '/no/such/usps.h5' does not exist
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"USPS file {str(path)!r} does not exist")
+    try:
+        import h5py
+    except ImportError:
+        raise DataError("reading usps.h5 needs h5py: pip install 'pflax[digits]'") from None
+    out = {}
+    with h5py.File(path, "r") as f:
+        for split in ("train", "test"):
+            out[f"x_{split}"] = np.asarray(f[f"{split}/data"], np.float32).reshape(-1, 16, 16)
+            out[f"y_{split}"] = np.asarray(f[f"{split}/target"], np.int32)
+    return out
+
+
+def _usps_dataset(path: Path) -> Dataset:
+    """USPS at its own 16x16 greyscale, normalised like every dataset without statistics of its own."""
+    arrays = read_usps(path)
+    mean, std = NORMALIZATION.get("usps", ((0.5,), (0.5,)))
+    scale = lambda x: ((x[..., None] - np.float32(mean[0])) / np.float32(std[0])).astype(np.float32)  # noqa: E731
+    return Dataset("usps", scale(arrays["x_train"]), arrays["y_train"], scale(arrays["x_test"]), arrays["y_test"], 10)
+
+
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int = 0) -> Dataset:
     """Resolve a dataset by name: ``synthetic`` (built in), a local directory when ``data_dir`` is
-    given (``data_dir/<name>/`` or ``data_dir`` itself), else TensorFlow Datasets.
+    given (``data_dir/<name>/`` or ``data_dir`` itself; for ``usps``, the ``usps.h5`` file there when it
+    has one, at its own 16x16 greyscale), else TensorFlow Datasets.
 
     Args:
       name: ``"synthetic"``, or a dataset name (``"fmnist"``/``"fashion-mnist"`` map to
@@ -314,5 +354,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, seed: int
         if not root.is_dir():
             raise DataError(f"data directory {str(root)!r} does not exist")
         sub = root / canonical
-        return load_idx_dir(sub if sub.is_dir() else root, name=canonical)
+        folder = sub if sub.is_dir() else root
+        if canonical == "usps" and (folder / "usps.h5").is_file():
+            return _usps_dataset(folder / "usps.h5")
+        return load_idx_dir(folder, name=canonical)
     return load_tfds(canonical)
