@@ -21,6 +21,12 @@ Deliberate differences from the paper, for a 2-core CPU: a narrower CNN (``--wid
 8/8/16, k = 1024, head 256/64; ``--width 1`` is the paper's 8192-feature model), fewer rounds
 (``--rounds``, default 30, against 300) with evaluation every ``--eval-every`` (5) rounds, 3 seeds
 (against 5), and our own offline domains instead of Digits-Five.
+
+Memory at ``--width 1`` (the paper's model): FedPick's personal part (the mask network, 8192 -> 4096 ->
+8192, and two 8192-input heads) is ~100M parameters per client, so the five clients' state alone holds
+726M numbers (2.9 GB). Measured on the CPU (clients one at a time, the ``map`` strategy that ``auto``
+picks there): a round peaks at 15 GB resident with 256 test images per domain, and at 21 GB with the full
+10,000-image test sets; the first compile takes up to 15 minutes. Run it alone on a machine with 24 GB.
 """
 from __future__ import annotations
 

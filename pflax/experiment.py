@@ -901,7 +901,11 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
             "personalized_history": record.evaluations,
             "last_round": record.last_round,
             "timing": {"first_round_s_incl_compile": times[0], "mean_round_s_after_first": float(np.mean(steady)),
-                       "median_round_s_after_first": float(np.median(steady)), "total_s": time.time() - t_start},
+                       "median_round_s_after_first": float(np.median(steady)),
+                       # Rounds and evaluations of every session, so that a resumed run reports its whole cost
+                       # (the wall time of this process alone would count only the rounds since the resume).
+                       "total_s": float(sum(times) + sum(row.get("eval_seconds", 0.0) for row in record.history)),
+                       "this_session_s": time.time() - t_start},
         }
         _atomic_write(out / "results.json", json.dumps(result, indent=1).encode())
         buf = io.StringIO()
@@ -1069,8 +1073,8 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[d
                           for k, (m, part) in enumerate(zip(spec.coalitions, parts))],
         # A round of the whole federation is one round in every coalition, run one after the other.
         "timing": {"mean_round_s_after_first": sum(part["timing"]["mean_round_s_after_first"] for part in parts),
-                   "total_s": time.time() - t_start,
-                   "coalitions_total_s": sum(part["timing"]["total_s"] for part in parts)},
+                   "total_s": sum(part["timing"]["total_s"] for part in parts),  # every session's, as a single run's
+                   "this_session_s": time.time() - t_start},
     }
     _atomic_write(out / "results.json", json.dumps(result, indent=1).encode())
     return result

@@ -91,3 +91,19 @@ def test_resuming_several_seeds_starts_the_seeds_not_reached_yet(tmp_path):
     assert [r["seed"] for r in both] == [0, 1] and all(r["status"] == "finished" for r in both)
     assert both[0]["resumed_at_rounds"] == [2] and both[1]["resumed_at_rounds"] == []
     assert both[0]["final_per_client"] == first["final_per_client"]
+
+
+def test_a_resumed_run_reports_the_time_of_every_session(tmp_path):
+    """``timing.total_s`` of a run continued from its checkpoints counts the rounds of the sessions before the
+    resume too (it used to be the wall time of the last process only: a finished run resumed showed ~0 s)."""
+    two = run(RunSpec.from_dict({**BASE, "members": [0, 1]}), tmp_path, progress=False, plots=False)
+    three = run(RunSpec.from_dict({**BASE, "members": [0, 1], "rounds": 3}), tmp_path, resume=True, progress=False,
+                plots=False)
+    assert three["resumed_at_rounds"] == [2] and three["history"][:2] == two["history"]
+    spent = sum(row["seconds"] + row.get("eval_seconds", 0.0) for row in three["history"])
+    assert three["timing"]["total_s"] == pytest.approx(spent)
+    assert three["timing"]["total_s"] > two["timing"]["total_s"] > 0
+    assert three["timing"]["this_session_s"] > 0  # the last process's wall time, start-up included, kept apart
+    again = run(RunSpec.from_dict({**BASE, "members": [0, 1], "rounds": 3}), tmp_path, resume=True, progress=False,
+                plots=False)  # finished: the files are rewritten, the time is not lost
+    assert again["timing"]["total_s"] == pytest.approx(spent)
