@@ -78,6 +78,9 @@ def walk(data, path: str):
         elif token.startswith("[") and "=" in token:
             key, wanted = token[1:-1].split("=")
             (data,) = [entry for entry in data if entry[key] == int(wanted)]
+        elif token.startswith("[") and ":" in token:  # a slice of a list, e.g. the small clients [10:]
+            start, stop = token[1:-1].split(":")
+            data = data[int(start) if start else None:int(stop) if stop else None]
         elif token.startswith("["):
             data = data[int(token[1:-1])]
         else:
