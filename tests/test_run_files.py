@@ -101,6 +101,8 @@ def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
         # The paper's spread over seeds is about as large as the first seed's gap for these three.
         "fedcollab/fedcollab_table1_fmnist/finetune.toml", "fedcollab/fedcollab_table1_fmnist/perfedavg.toml",
         "fedcollab/fedcollab_table1_fmnist/ditto.toml",
+        # Its first seed was 14.6 points above the paper: more seeds to tell noise from a difference.
+        "fedcollab/fedcollab_table1_fmnist/pfedme.toml",
     }
 
 
