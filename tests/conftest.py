@@ -19,14 +19,27 @@ if _CACHE_CREATED_HERE:
     # small ones (measured: a repeated `pflax run` 13 s with the default threshold, 9 s with 0).
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
-# Test programs are tiny, so compiling them dominates the suite: at LLVM optimisation level 0 XLA:CPU
-# compiles them faster (measured: 20 % less CPU for the doctests and FedPAC tests together, training
-# included). Semantics are unchanged and only round-off may differ, so every check holds as before; the
-# golden trajectories, recorded bit for bit at the default level, are replayed in a subprocess with the
-# default flags (tests/test_contract.py). PFLAX_TEST_DEFAULT_XLA=1 runs the whole suite at the default.
-FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
-if os.environ.get("PFLAX_TEST_DEFAULT_XLA", "") in ("", "0") and FAST_COMPILE_FLAG not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + FAST_COMPILE_FLAG).strip()
+# Test programs are tiny, so compiling them dominates the suite (measured with jax.monitoring: XLA's
+# backend compile is about 70 % of the time of the doctests, CLI and FedCollab tests). Two XLA:CPU
+# options make those compiles cheaper without changing semantics, only round-off:
+# * LLVM optimisation level 0 (measured: 20 % less CPU for the doctests and FedPAC tests together,
+#   training included);
+# * the classic fused-loop emitters instead of the MLIR fusion emitters (measured: every registry
+#   algorithm's FedCollab coalition test, 78 s -> 38 s on one core).
+# Every check holds as before; the golden trajectories, recorded bit for bit with XLA's default code
+# generation, are replayed in a subprocess with the default flags (tests/test_contract.py).
+# PFLAX_TEST_DEFAULT_XLA=1 runs the whole suite at the default.
+FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+if os.environ.get("PFLAX_TEST_DEFAULT_XLA", "") in ("", "0"):
+    _flags = os.environ.get("XLA_FLAGS", "").split()
+    os.environ["XLA_FLAGS"] = " ".join(_flags + [f for f in FAST_COMPILE_FLAGS if f not in _flags])
+
+
+def compiles_fast() -> bool:
+    """Whether this process compiles with any of the suite's fast-compile flags (its round-off then
+    differs from XLA's default code generation)."""
+    return any(f in os.environ.get("XLA_FLAGS", "").split() for f in FAST_COMPILE_FLAGS)
+
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -34,13 +47,23 @@ import pytest  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _environ_without(flags: tuple) -> dict:
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in flags]
+    return dict(os.environ, XLA_FLAGS=" ".join(kept))
+
+
 def default_xla_environ() -> dict:
-    """This process's environment without the level-0 flag, for a subprocess that must compile as XLA
-    does by default: the golden replay (recorded at the default), and runs that train enough for the
-    optimised code to repay its longer compiles (measured: the quickstart notebook and the CLI run that
-    shares its programs, 96 s of CPU at level 0 and 66 s at the default)."""
-    flags = os.environ.get("XLA_FLAGS", "").replace(FAST_COMPILE_FLAG, "").strip()
-    return dict(os.environ, XLA_FLAGS=flags)
+    """This process's environment without the fast-compile flags, for a subprocess that must compile as
+    XLA does by default: the golden replay, recorded with the default code generation."""
+    return _environ_without(FAST_COMPILE_FLAGS)
+
+
+def optimising_xla_environ() -> dict:
+    """This process's environment at XLA's default LLVM optimisation level (the classic emitters kept),
+    for runs that train enough for optimised code to repay its longer compiles. Measured on one core:
+    the CLI run that shares the quickstart notebook's programs, 26.4 s at level 0, 18.6 s with XLA's
+    defaults, 13.7 s at the default level with the classic emitters."""
+    return _environ_without(FAST_COMPILE_FLAGS[:1])
 
 
 # Under `-n 2 --dist loadfile`, pytest-xdist queues files by number of tests, so files with one or two

@@ -22,7 +22,7 @@ import pytest
 
 import contract_runs
 import golden_trajectories as golden
-from conftest import FAST_COMPILE_FLAG, default_xla_environ
+from conftest import compiles_fast, default_xla_environ
 from pflax.algorithms import REGISTRY
 from pflax.core import federated
 
@@ -34,9 +34,9 @@ RECORDED = json.loads(golden.GOLDEN.read_text())["algorithms"]
 def runs(tmp_path_factory):
     """Every algorithm's golden replay and contract runs (``contract_runs.run_all``), computed with
     XLA's default CPU code generation, as the golden digests were recorded. When this process compiles
-    at a lower LLVM optimisation level (XLA_FLAGS with --xla_backend_optimization_level=0, which
-    changes round-off), they run in a subprocess with the default flags."""
-    if FAST_COMPILE_FLAG not in os.environ.get("XLA_FLAGS", ""):
+    with the suite's fast-compile flags (``conftest.FAST_COMPILE_FLAGS``, which change round-off), they
+    run in a subprocess with the default flags."""
+    if not compiles_fast():
         return contract_runs.run_all()  # this process already compiles as the recording did
     out = tmp_path_factory.mktemp("contract") / "runs.json"
     here = Path(contract_runs.__file__).parent

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import default_xla_environ
+from conftest import optimising_xla_environ
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,7 +16,7 @@ def test_quickstart_notebook_executes():
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(REPO / "notebooks" / "quickstart.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute(env=default_xla_environ())
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute(env=optimising_xla_environ())
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "round 4: mean personalized accuracy" in outputs
 
@@ -25,11 +25,11 @@ def test_cli_offline_run_writes_results(tmp_path):
     out = tmp_path / "run"
     # The quickstart notebook's federation and config (10 clients x 150/100 samples, 2 body epochs):
     # the same round and evaluate programs, so this run reuses the notebook's compilations through
-    # the test run's shared compilation cache (both at XLA's default flags).
+    # the test run's shared compilation cache (both with the same XLA flags).
     cmd = [sys.executable, "-m", "pflax.cli", "run", "fedpac", "--clients", "10", "--rounds", "2",
            "--train-per-client", "150", "--test-per-client", "100", "--set", "body_epochs=2", "--eval-every", "1",
            "--out", str(out), "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=default_xla_environ())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=optimising_xla_environ())
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((out / "results.json").read_text())
     assert result["status"] == "finished" and result["rounds_completed"] == 2
