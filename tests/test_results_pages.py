@@ -337,6 +337,24 @@ def test_cpu_estimate_scales_with_seeds_clients_and_models():
     assert gen.fmt_duration(90) == "2 min" and gen.fmt_duration(5400) == "1.5 h"
 
 
+def test_cpu_estimate_ignores_a_round_that_was_paused(tmp_path, monkeypatch):
+    """A round's seconds are wall time, so a process paused mid-round (or a compile) reads long; the
+    estimate uses the typical round and evaluation."""
+    gen = _generator()
+    history = [{"round": r, "seconds": 28.0} for r in range(1, 101)]
+    for r in range(9, 100, 10):
+        history[r]["eval_seconds"] = 2.0
+    (tmp_path / "steady.json").write_text(json.dumps({"rounds_completed": 100, "history": history}))
+    history[40]["seconds"] = 1275.0  # SIGSTOP'd for 20 minutes
+    history[0]["seconds"] = 95.0  # the first round compiles
+    history[49]["eval_seconds"] = 600.0
+    (tmp_path / "paused.json").write_text(json.dumps({"rounds_completed": 100, "history": history}))
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    monkeypatch.setattr(gen, "TIMING_REFERENCE", {"steady": "steady.json", "paused": "paused.json"})
+    assert gen._seconds_per_round("steady") == pytest.approx(28.2)
+    assert gen._seconds_per_round("paused") == pytest.approx(28.2)
+
+
 def test_readme_cost_table_adds_up():
     (cost,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if t["header"][0] == "results page"]
     total = cost["rows"][-1]
