@@ -177,7 +177,6 @@ T4_METHODS = ("FedProx", "SCAFFOLD", "HypCluster (k=3)", "HypCluster (k=5)", "Fe
 FMNIST20 = "FMNIST/20clients_frac1.0"
 FMNIST100 = "FMNIST/100clients_frac0.3"
 T1_100 = "fedpac/table1_fmnist_100clients/"
-NO_FEDEM_FT = "fedem's Config has no local fine-tuning after training (FedEM-FT)"
 RUN_TABLE_NOTE = ("`python benchmarks/paper/run_table.py {folder}` runs (and resumes) the cells of this section, "
                   "one run file per cell in `benchmarks/paper/{folder}/`, in the order of its `order.txt`.")
 
@@ -316,8 +315,9 @@ FEDPAC_TABLE4 = Page(
     intro=("Setting: as Table 1 (see `fedpac_table1.md`); "
            "`python benchmarks/paper/run_table.py fedpac/table1_fmnist` runs the 20-client cells too (one run file per "
            "cell in `benchmarks/paper/fedpac/table1_fmnist/`), `fedpac/table1_fmnist_100clients` the 100-client "
-           "ones. HypCluster is IFCA with k server models; FedEM has M mixture components; FedEM-FT fine-tunes "
-           "FedEM's model locally, which pflax's `fedem` cannot express yet, so those cells have no run file."),
+           "ones. HypCluster is IFCA with k server models; FedEM has M mixture components; FedEM-FT is FedEM "
+           "whose clients fine-tune the whole mixture locally (one FedEM update of 5 epochs on their training split) "
+           "before they are scored (`finetune_epochs = 5`)."),
     sections=(
         Section("20 clients, full participation", _fedpac_t1(FMNIST20, [
             ("FedProx", "table1_fmnist/fedprox", "pflax"),
@@ -325,9 +325,9 @@ FEDPAC_TABLE4 = Page(
             ("HypCluster (k=3)", "table1_fmnist/hypcluster__k_3", "pflax"),
             ("HypCluster (k=5)", "table1_fmnist/hypcluster__k_5", "pflax"),
             ("FedEM (M=3)", "table1_fmnist/fedem__m_3", "pflax"),
-            ("FedEM-FT (M=3)", "table1_fmnist/fedem_ft__m_3", "pflax", NO_FEDEM_FT),
+            ("FedEM-FT (M=3)", "table1_fmnist/fedem_ft__m_3", "pflax", "fedpac/table1_fmnist/fedem_ft__m_3.toml"),
             ("FedEM (M=5)", "table1_fmnist/fedem__m_5", "pflax", "fedpac/table1_fmnist/fedem__m_5.toml"),
-            ("FedEM-FT (M=5)", "table1_fmnist/fedem_ft__m_5", "pflax", NO_FEDEM_FT),
+            ("FedEM-FT (M=5)", "table1_fmnist/fedem_ft__m_5", "pflax", "fedpac/table1_fmnist/fedem_ft__m_5.toml"),
         ]) + (Row("FedPAC", ("fedpac_fmnist/both",), FINAL, ("FedPAC", "4", FMNIST20, "FedPAC (ours)", "acc"),
                   repeat_of="fedpac_table1.md"),), paper_rounds=200),
         Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
@@ -336,9 +336,9 @@ FEDPAC_TABLE4 = Page(
             ("HypCluster (k=3)", "table1_fmnist_100clients/hypcluster__k_3", "pflax", T1_100 + "hypcluster__k_3.toml"),
             ("HypCluster (k=5)", "table1_fmnist_100clients/hypcluster__k_5", "pflax", T1_100 + "hypcluster__k_5.toml"),
             ("FedEM (M=3)", "table1_fmnist_100clients/fedem__m_3", "pflax", T1_100 + "fedem__m_3.toml"),
-            ("FedEM-FT (M=3)", "table1_fmnist_100clients/fedem_ft__m_3", "pflax", NO_FEDEM_FT),
+            ("FedEM-FT (M=3)", "table1_fmnist_100clients/fedem_ft__m_3", "pflax", T1_100 + "fedem_ft__m_3.toml"),
             ("FedEM (M=5)", "table1_fmnist_100clients/fedem__m_5", "pflax", T1_100 + "fedem__m_5.toml"),
-            ("FedEM-FT (M=5)", "table1_fmnist_100clients/fedem_ft__m_5", "pflax", NO_FEDEM_FT),
+            ("FedEM-FT (M=5)", "table1_fmnist_100clients/fedem_ft__m_5", "pflax", T1_100 + "fedem_ft__m_5.toml"),
         ]) + (Row("FedPAC", ("table1_fmnist_100clients/fedpac",), FINAL,
                   ("FedPAC", "4", FMNIST100, "FedPAC (ours)", "acc"), repeat_of="fedpac_table1.md"),),
             paper_rounds=200, note="30 of the 100 clients train in each round; every client is evaluated."),
@@ -875,8 +875,9 @@ def cpu_estimate(run_file: str) -> dict:
     """Estimated CPU time of the run file ``benchmarks/paper/<run_file>`` (all its seeds), from measured runs.
 
     seconds = seeds x rounds x (seconds per round of the method's timed run) x (clients training per round /
-    20) x (the largest client's training images / 600) x (FedEM: M / 3; the clustered methods: k / 3), where
-    the timed run is
+    20) x (the largest client's training images / 600) x (FedEM: M / 3, and FedEM-FT's fine-tuning at every
+    evaluation: 1 + (clients / clients training per round) x (fine-tuning / local epochs) / eval_every; the
+    clustered methods: k / 3), where the timed run is
     ``TIMING_REFERENCE``'s (or a stand-in's, ``TIMING_STAND_IN``). In FedCollab's label-shift setting the
     per-round seconds are its FedAvg run's, times the method's cost relative to FedAvg above.
 
@@ -891,6 +892,13 @@ def cpu_estimate(run_file: str) -> dict:
     per_round = _seconds_per_round(algorithm)
     if algorithm == "fedem":
         per_round *= config.get("num_components", 3) / 3
+        if config.get("finetune_epochs", 0) > 0:
+            # FedEM-FT: every evaluation also trains every evaluated client for finetune_epochs, which the
+            # timed FedEM run does not do; in rounds of training, per round of the run:
+            clients = int(partition.get("clients", REFERENCE_CLIENTS))
+            trained = max(1, round(spec.get("fraction", 1.0) * clients))
+            per_round *= 1 + (clients / trained) * (config["finetune_epochs"] / config.get("local_epochs", 5)) \
+                / spec.get("eval_every", 1)
     elif algorithm in ("hypcluster", "ifca", "fesem"):
         per_round *= config.get("num_clusters", 3) / 3
     if partition.get("name") == "fedcollab_label_shift":

@@ -885,7 +885,8 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
             "dataset": dataset,
             "status": "finished" if done else f"running ({record.rounds_done}/{spec.rounds} rounds)",
             "evaluated_model": f"each client's personalized model as pflax.{spec.algorithm}.evaluate defines it"
-            + (" (personalised on its training split at evaluation time)" if algorithm.needs_train else "")
+            + (" (personalised on its training split at evaluation time)"
+               if getattr(config, "needs_train", algorithm.needs_train) else "")
             + f", after round {record.evaluations[-1]['round']}, on its own test split",
             "command": command,
             "run": spec.to_dict(),

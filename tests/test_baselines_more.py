@@ -173,6 +173,35 @@ def test_fedem_pi_is_the_mean_responsibility(fed):
     assert acc[0] == pytest.approx(float(np.mean(np.argmax(probs, -1) == y)))
 
 
+def test_fedem_ft_scores_each_client_fine_tuned_mixture(fed):
+    """FedEM-FT (``finetune_epochs > 0``): each client runs a throw-away local FedEM update on its training
+    split before it is scored. With lr = 0 the components stay and only the M-step moves ``pi``, so the
+    score is the mixture with ``pi`` = the mean responsibility on the training split, by hand."""
+    import dataclasses
+
+    train, test = fed
+    state, _ = fedem.round(start(fedem, fed), train)
+    frozen = state.replace(config=dataclasses.replace(state.config, finetune_epochs=2, lr=0.0, weight_decay=0.0))
+    acc = np.asarray(fedem.evaluate(frozen, test, train)["accuracy"])
+    for i in range(NUM_CLIENTS):
+        mask = np.asarray(train.mask[i])
+        losses = np.stack([np.asarray(cross_entropy(MODEL.apply(row(state.server, m), train.x[i]), train.y[i]), np.float64)
+                           for m in range(3)])
+        logits = np.log(np.asarray(state.clients["pi"][i], np.float64))[:, None] - losses
+        q = np.exp(logits - logits.max(0))
+        pi = (q / q.sum(0))[:, mask].mean(1)
+        probs = sum(pi[m] * np.asarray(jax.nn.softmax(MODEL.apply(row(state.server, m), test.x[i]))) for m in range(3))
+        assert acc[i] == pytest.approx(float(np.mean(np.argmax(probs, -1) == np.asarray(test.y[i]))))
+    # With training, fine-tuning on a split fits it: scored on the data it was tuned on, far above plain FedEM.
+    tuned = state.replace(config=dataclasses.replace(state.config, finetune_epochs=10))
+    plain = np.asarray(fedem.evaluate(state, test)["accuracy"])
+    fitted = np.asarray(fedem.evaluate(tuned, test, test)["accuracy"])
+    assert fitted.mean() > plain.mean() + 0.1, (fitted, plain)
+    np.testing.assert_array_equal(fitted, np.asarray(fedem.evaluate(tuned, test, test)["accuracy"]))
+    with pytest.raises(ValueError, match="training split"):
+        fedem.evaluate(tuned, test)
+
+
 def test_perfedavg_first_order_meta_steps_by_hand(fed):
     """Every meta-step is w <- w - beta grad f(w - alpha grad f(w; D); D'), D and D' from two shuffles."""
     from pflax.core import federated

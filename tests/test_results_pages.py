@@ -334,6 +334,11 @@ def test_cpu_estimate_scales_with_seeds_clients_and_models():
     m3 = gen.cpu_estimate("fedpac/table1_fmnist_100clients/fedem__m_3.toml")["seconds"]
     m5 = gen.cpu_estimate("fedpac/table1_fmnist_100clients/fedem__m_5.toml")["seconds"]
     assert m5 == pytest.approx(5 / 3 * m3)
+    # FedEM-FT fine-tunes every evaluated client for 5 epochs at each evaluation (every 10 rounds)
+    ft100 = gen.cpu_estimate("fedpac/table1_fmnist_100clients/fedem_ft__m_3.toml")["seconds"]
+    assert ft100 == pytest.approx((1 + 100 / 30 / 10) * m3)
+    ft20 = gen.cpu_estimate("fedpac/table1_fmnist/fedem_ft__m_3.toml")["seconds"]
+    assert ft20 == pytest.approx(1.1 * gen.cpu_estimate("fedpac/table1_fmnist/fedem__m_3.toml")["seconds"])
     assert gen.fmt_duration(90) == "2 min" and gen.fmt_duration(5400) == "1.5 h"
 
 

@@ -148,7 +148,7 @@ def assigned_score(models_of: Callable[[PyTree], PyTree] = lambda server: server
 
 
 def algorithm(name: str, Config: type, init: Callable, pieces_for: Callable, score: Callable,
-              summary: str) -> federated.Algorithm:
+              summary: str, needs_train: bool | Callable = False) -> federated.Algorithm:
     """The registry entry of a clustered method (:func:`pflax.core.federated.build`): ``round`` runs
     ``pieces_for(model, config)`` and ``evaluate`` scores every client with ``score(client, server,
     model, config)``; ``check_inputs`` is the common one.
@@ -160,6 +160,7 @@ def algorithm(name: str, Config: type, init: Callable, pieces_for: Callable, sco
       pieces_for: ``(model, config) -> RoundPieces``.
       score: e.g. :func:`assigned_score`.
       summary: one line for ``pflax list``.
+      needs_train: whether ``score`` personalises on the training split, or a function of the config.
     Returns:
       the :class:`pflax.core.federated.Algorithm`.
 
@@ -169,4 +170,4 @@ def algorithm(name: str, Config: type, init: Callable, pieces_for: Callable, sco
     >>> entry.name, entry.Config().num_clusters
     ('mine', 3)
     """
-    return federated.build(name, Config, init, pieces_for, score, summary, base.check_inputs)
+    return federated.build(name, Config, init, pieces_for, score, summary, base.check_inputs, needs_train)

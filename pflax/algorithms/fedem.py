@@ -65,16 +65,27 @@ class Config(base.SGDConfig):
 
     Attributes:
       num_components: ``M``, the shared mixture components (default 3, FedPAC's Table 4), >= 1.
+      finetune_epochs: FedEM-FT when positive: at evaluation every client first runs one local FedEM
+        update of this many epochs on its training split (E-step, M-step for ``pi``, fresh SGD on every
+        component with its responsibilities) and is scored with the fine-tuned mixture, which is then
+        thrown away; ``evaluate`` then needs the training split. 0 (the default) is plain FedEM.
 
-    >>> Config().num_components
-    3
+    >>> Config().num_components, Config(finetune_epochs=5).needs_train
+    (3, True)
     """
 
     num_components: int = 3
+    finetune_epochs: int = 0
 
     def __post_init__(self):
         super().__post_init__()
         base.require(self.num_components >= 1, f"FedEM num_components must be >= 1, got {self.num_components}")
+        base.require(self.finetune_epochs >= 0, f"FedEM finetune_epochs must be >= 0, got {self.finetune_epochs}")
+
+    @property
+    def needs_train(self) -> bool:
+        """Whether evaluation fine-tunes on the training split (FedEM-FT)."""
+        return self.finetune_epochs > 0
 
 
 @init_on_execution_devices
@@ -171,11 +182,13 @@ def mixture_probabilities(model, components, pi, x):
     return jnp.einsum("m,mnk->nk", pi, probs, precision=aggregate.EXACT)
 
 
-def _local_update(components, participant: dict, model, cfg: Config) -> dict:
-    x, y, mask = participant["x"], participant["y"], participant["mask"]
-    pi = participant["client"]["pi"]
+def _em_update(components, pi, client: dict, model, cfg: Config, epochs: int | None = None):
+    """One client's E-step, M-step for ``pi`` and responsibility-weighted training of every component
+    (``epochs`` epochs, default ``cfg.local_epochs``) on ``client``'s ``x``, ``y``, ``mask`` with its
+    ``key``. Returns ``(trained components, q [M, n], new pi, the M training losses)``."""
+    x, y, mask = client["x"], client["y"], client["mask"]
     q = responsibilities(model, components, pi, x, y, mask)
-    n = base.num_samples(participant)
+    n = base.num_samples(client)
     new_pi = jnp.where(n > 0, q.sum(1) / jnp.maximum(n, 1.0), pi)
 
     def weighted_ce(params, batch, w):
@@ -183,14 +196,19 @@ def _local_update(components, participant: dict, model, cfg: Config) -> dict:
 
     def train_component(args):
         params, q_m, key = args
-        return base.train(params, weighted_ce, participant, cfg, key=key, data={"x": x, "y": y, "q": q_m})
+        return base.train(params, weighted_ce, client, cfg, key=key, epochs=epochs, data={"x": x, "y": y, "q": q_m})
 
-    keys = jax.random.split(participant["key"], cfg.num_components)
+    keys = jax.random.split(client["key"], cfg.num_components)
     trained, losses = jax.lax.map(train_component, (components, q, keys))
+    return trained, q, new_pi, losses
+
+
+def _local_update(components, participant: dict, model, cfg: Config) -> dict:
+    trained, q, new_pi, losses = _em_update(components, participant["client"]["pi"], participant, model, cfg)
     # Component m is averaged over clients with weights mass_m = sum of the client's q[m]; this
     # client's terms of the M means are summed as the clients finish.
     return {"sum": aggregate.grouped_term(trained, q.sum(1)), "client": {"pi": new_pi},
-            "n": n, "loss": losses.sum(), "pi": new_pi}
+            "n": base.num_samples(participant), "loss": losses.sum(), "pi": new_pi}
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
@@ -216,10 +234,15 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
 
 
 def _score(c: dict, components, model, cfg: Config):
-    probs = mixture_probabilities(model, components, c["client"]["pi"], c["x"])
+    pi = c["client"]["pi"]
+    if cfg.finetune_epochs > 0:  # FedEM-FT: a throw-away local update of the whole mixture first
+        train = {"x": c["train_x"], "y": c["train_y"], "mask": c["train_mask"], "key": c["key"]}
+        components, _, pi, _ = _em_update(components, pi, train, model, cfg, epochs=cfg.finetune_epochs)
+    probs = mixture_probabilities(model, components, pi, c["x"])
     return masked_accuracy(probs, c["y"], c["mask"])
 
 
 ALGORITHM = clustered.algorithm("fedem", Config, init, pieces_for, _score,
-                                "FedEM: M shared components, per-client mixture weights learnt by EM")
+                                "FedEM: M shared components, per-client mixture weights learnt by EM",
+                                needs_train=lambda cfg: cfg.finetune_epochs > 0)
 round, evaluate, check_inputs = ALGORITHM.round, ALGORITHM.evaluate, ALGORITHM.check_inputs  # noqa: A001
