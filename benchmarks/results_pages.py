@@ -858,17 +858,29 @@ REFERENCE_TRAIN = 600
 DIRICHLET_PADDING = 1.8
 
 
+def measured_seconds_per_round(data: dict) -> float | None:
+    """A results file's own CPU seconds per round, or None when it records none.
+
+    Files of the experiment loop (a ``history`` with each round's ``seconds`` and ``eval_seconds``): the
+    median round plus the median evaluation spread over the rounds. Medians, because a round's wall time
+    also holds any time its process was paused or shared the machine (one FedFomo round read 1275 s against
+    its usual 28 s); the first round's compile is left out with them. FedPick benchmark files (one
+    ``seconds`` for all ``rounds``): their mean.
+    """
+    history = data.get("history")
+    if history and all("seconds" in row for row in history):
+        evals = [row["eval_seconds"] for row in history if "eval_seconds" in row]
+        rounds = data.get("rounds_completed") or len(history)
+        per_eval = statistics.median(evals) * len(evals) / rounds if evals else 0.0
+        return statistics.median(row["seconds"] for row in history) + per_eval
+    if isinstance(data.get("seconds"), (int, float)) and data.get("rounds"):
+        return data["seconds"] / data["rounds"]
+    return None
+
+
 def _seconds_per_round(algorithm: str) -> float:
     algorithm = TIMING_STAND_IN.get(algorithm, algorithm)
-    data = json.loads((RESULTS / TIMING_REFERENCE[algorithm]).read_text())
-    # The rounds' and evaluations' own seconds, every session's (the timing.total_s of results written before
-    # it counted every session covered only the last process of a resumed run). Medians, because a round's
-    # wall time also holds any time its process was paused or shared the machine (one FedFomo round read
-    # 1275 s against its usual 28 s); the first round's compile is left out with them.
-    history = data["history"]
-    evals = [row["eval_seconds"] for row in history if "eval_seconds" in row]
-    per_eval = statistics.median(evals) * len(evals) / data["rounds_completed"] if evals else 0.0
-    return statistics.median(row["seconds"] for row in history) + per_eval
+    return measured_seconds_per_round(json.loads((RESULTS / TIMING_REFERENCE[algorithm]).read_text()))
 
 
 def cpu_estimate(run_file: str) -> dict:
@@ -966,6 +978,11 @@ class Cell:
     status: str = ""
     complete: bool = False
     estimate_s: float | None = None  # CPU time of a cell not run yet, when it has a run file
+    to_go: dict[Path, float] | None = None  # CPU seconds each file of an unfinished cell needs to reach its length
+
+    @property
+    def to_go_s(self) -> float | None:
+        return None if self.to_go is None else sum(self.to_go.values())
     superseded: bool = False  # a later run of the same paper cell has results (Row.superseded_by)
 
     @property
@@ -1025,6 +1042,11 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             cell.estimate_s = cpu_estimate(row.run_file)["seconds"]
         cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
         cell.status, cell.complete = _status(cell, section)
+        if files and not cell.complete and not section.same_round:
+            cell.to_go = _to_go(files, cell, section)
+            if cell.to_go is not None:
+                target = max(section.paper_rounds, *cell.planned)
+                cell.status += f"; about {fmt_duration(cell.to_go_s)} of CPU to reach {target} rounds"
         cells.append(cell)
     return cells, at
 
@@ -1041,6 +1063,22 @@ def _not_run_status(row: Row) -> str:
         seeds = f"{est['seeds']} seeds" if est["seeds"] > 1 else "1 seed"
         parts.append(f"about {fmt_duration(est['seconds'])} of CPU ({seeds} x {est['rounds']} rounds)")
     return "; ".join(parts)
+
+
+def _to_go(files: list[Path], cell: Cell, section: Section) -> dict[Path, float] | None:
+    """CPU seconds for each file of an unfinished cell to reach its planned length (a run in progress) or
+    the paper's (a shorter run), at the file's own seconds per round: from its last checkpoint when its
+    folder has one, else from the start. None when a file records no timing."""
+    out = {}
+    for path, done, planned in zip(files, cell.rounds, cell.planned):
+        per_round = measured_seconds_per_round(json.loads(path.read_text()))
+        if per_round is None:
+            return None
+        target = max(planned, section.paper_rounds)
+        checkpoints = path.parent / "checkpoints"
+        resumable = checkpoints.is_dir() and any(checkpoints.iterdir())
+        out[path] = per_round * (target - done if resumable else target)
+    return out
 
 
 def _status(cell: Cell, section: Section) -> tuple[str, bool]:
@@ -1281,6 +1319,23 @@ def not_run(cells: list[Cell]) -> dict:
     return out
 
 
+def unfinished(cells: list[Cell]) -> dict:
+    """Shorter runs and runs in progress (repeats of another page's cell left out): how many, how many of
+    them have an estimate, and the CPU seconds their runs need to reach their length, each run counted once
+    (one FedPick run gives a cell in every domain's section)."""
+    out = {"cells": 0, "estimated": 0, "seconds": 0.0}
+    runs = {}
+    for c in cells:
+        if not c.files or c.complete or c.row.repeat_of or c.status.startswith("read at round"):
+            continue
+        out["cells"] += 1
+        if c.to_go is not None:
+            out["estimated"] += 1
+            runs.update(c.to_go)
+    out["seconds"], out["runs"] = sum(runs.values()), runs
+    return out
+
+
 def score(rendered: RenderedPage) -> dict[str, int]:
     s = {"cells": 0, "complete": 0}
     for t in THRESHOLDS:
@@ -1329,8 +1384,9 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "included. Each page lists them with their run files (`benchmarks/paper/<paper>/<table>/<cell>.toml`; "
             "`python benchmarks/paper/run_table.py <paper>/<table>` runs and resumes a table) or with what pflax "
             "lacks for them to have one. The estimate is seeds × rounds × the seconds per round of a finished run "
-            "of the same method in FedPAC's 20-client setting on the project's 2-core CPU (the seconds its "
-            "rounds and evaluations took, every session of a resumed run counted, over its rounds; a method without a timed run borrows one whose rounds cost about the same), scaled by "
+            "of the same method in FedPAC's 20-client setting on the project's 2-core CPU (its median round plus "
+            "its median evaluation spread over the rounds, so that a round whose process was paused does not "
+            "count; a method without a timed run borrows one whose rounds cost about the same), scaled by "
             "the clients training per round over 20, the largest client's training images over 600 (clients are "
             "padded to the largest, whose minibatches every client takes), and for FedEM and the clustered methods "
             "the number of models over 3; in FedCollab's label-shift setting the FedAvg "
@@ -1349,6 +1405,26 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                       str(total["cells"] - total["with run file"]), fmt_duration(total["seconds"])])
     out += table(["results page", "cells not run yet", "with a run file", "without one", "CPU time (estimate)"],
                  cost_rows)
+    out += ["", "## Cells shorter than the paper's run", "",
+            "Cells whose runs stopped before the paper's number of rounds (shorter runs) or are still going (runs "
+            "in progress), and the CPU time their runs need to get there, all seeds included and each run counted "
+            "once (a FedPick run gives a cell in every domain's section), at each run's own seconds per round (as "
+            "above): from the last checkpoint when the run has one, else from the start. "
+            "Each page's status column gives the figure per cell.", ""]
+    short_rows, total, all_runs = [], {"cells": 0, "estimated": 0}, {}
+    for r in rendered:
+        m = unfinished([c for _, cells in r.sections for c in cells])
+        if not m["cells"]:
+            continue
+        for k in total:
+            total[k] += m[k]
+        all_runs.update(m["runs"])
+        short_rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", str(m["cells"]), str(m["estimated"]),
+                           fmt_duration(m["seconds"])])
+    short_rows.append(["**all pages**", str(total["cells"]), str(total["estimated"]),
+                       fmt_duration(sum(all_runs.values()))])
+    out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's length "
+                  "(estimate)"], short_rows)
     out += ["", "## Pages", ""]
     for r in rendered:
         out.append(f"- [{r.page.title}]({r.page.slug}.md)")

@@ -361,7 +361,7 @@ def test_cpu_estimate_ignores_a_round_that_was_paused(tmp_path, monkeypatch):
 
 
 def test_readme_cost_table_adds_up():
-    (cost,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if t["header"][0] == "results page"]
+    (cost,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if "cells not run yet" in t["header"]]
     total = cost["rows"][-1]
     assert total["results page"] == "**all pages**"
     for column in ("cells not run yet", "with a run file", "without one"):
@@ -372,6 +372,43 @@ def test_readme_cost_table_adds_up():
                 for row in t["rows"] if row["ours"] == DASH and "repeated from" not in row["status"]]
         assert len(rows) == int(r["cells not run yet"]), name
         assert sum("no run file: " in row["status"] for row in rows) == int(r["without one"]), name
+
+
+def test_readme_table_of_unfinished_cells_adds_up():
+    """Every shorter run and run in progress of a page is in the README's count, with the CPU time it needs
+    to reach its length printed in its status; the totals add up."""
+    (short,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if "shorter or in progress" in t["header"]]
+    total = short["rows"][-1]
+    assert total["results page"] == "**all pages**"
+    for column in ("shorter or in progress", "with an estimate"):
+        assert int(total[column]) == sum(int(r[column]) for r in short["rows"][:-1])
+    listed = {re.fullmatch(r"\[(.+)\]\((.+)\)", r["results page"]).group(2): r for r in short["rows"][:-1]}
+    for name in PAGES:
+        rows = [row for t in parse_tables((DOCS / name).read_text()) if t["header"][0] == "method"
+                for row in t["rows"] if row["status"].startswith(("shorter run", "in progress"))
+                and "repeated from" not in row["status"]]
+        assert len(rows) == int(listed[name]["shorter or in progress"]) if rows else name not in listed, name
+        for row in rows:
+            target = re.search(r"(\d+) of (?:the paper's )?(\d+) rounds", row["status"]).group(2)
+            assert re.search(rf"about [0-9.]+ (h|min) of CPU to reach {target} rounds", row["status"]), row
+
+
+def test_time_to_the_paper_length_resumes_from_a_checkpoint(tmp_path):
+    """A run with checkpoints needs its remaining rounds, one without them all of the paper's."""
+    gen = _generator()
+    history = [{"round": r, "seconds": 10.0} for r in range(1, 51)]
+    for name in ("resumable", "restart"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"rounds_completed": 50, "history": history}))
+    (tmp_path / "resumable" / "checkpoints" / "50").mkdir(parents=True)
+    section = gen.Section("demo", (), paper_rounds=200)
+    for name, seconds in (("resumable", 150 * 10.0), ("restart", 200 * 10.0)):
+        cell = gen.Cell(None, "s1", [tmp_path / name / "results.json"], "", "", rounds=[50], planned=[50])
+        assert gen._to_go(cell.files, cell, section) == {tmp_path / name / "results.json": pytest.approx(seconds)}
+    fedpick = tmp_path / "fedpick_seed0.json"
+    fedpick.write_text(json.dumps({"rounds": 30, "seconds": 300.0}))
+    cell = gen.Cell(None, "s1", [fedpick], "", "", rounds=[30], planned=[30])
+    assert gen._to_go([fedpick], cell, gen.Section("demo", (), paper_rounds=300)) == {fedpick: pytest.approx(3000.0)}
 
 
 def test_a_superseded_row_is_shown_but_not_counted(monkeypatch):
