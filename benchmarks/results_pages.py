@@ -1067,17 +1067,20 @@ def _not_run_status(row: Row) -> str:
 
 def _to_go(files: list[Path], cell: Cell, section: Section) -> dict[Path, float] | None:
     """CPU seconds for each file of an unfinished cell to reach its planned length (a run in progress) or
-    the paper's (a shorter run), at the file's own seconds per round: from its last checkpoint when its
-    folder has one, else from the start. None when a file records no timing."""
+    the paper's (a shorter run), at the file's own seconds per round. A run in progress that writes
+    checkpoints (``run.checkpoint_every`` in its file) resumes from its last one, its rounds rounded down to
+    that interval; any other run starts again. (Read from the committed file alone: checkpoints are not
+    committed.) None when a file records no timing."""
     out = {}
     for path, done, planned in zip(files, cell.rounds, cell.planned):
-        per_round = measured_seconds_per_round(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        per_round = measured_seconds_per_round(data)
         if per_round is None:
             return None
         target = max(planned, section.paper_rounds)
-        checkpoints = path.parent / "checkpoints"
-        resumable = checkpoints.is_dir() and any(checkpoints.iterdir())
-        out[path] = per_round * (target - done if resumable else target)
+        every = (data.get("run") or {}).get("checkpoint_every") or 0
+        start = done - done % every if done < planned and every else 0
+        out[path] = per_round * (target - start)
     return out
 
 
@@ -1409,7 +1412,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "Cells whose runs stopped before the paper's number of rounds (shorter runs) or are still going (runs "
             "in progress), and the CPU time their runs need to get there, all seeds included and each run counted "
             "once (a FedPick run gives a cell in every domain's section), at each run's own seconds per round (as "
-            "above): from the last checkpoint when the run has one, else from the start. "
+            "above): a run in progress that writes checkpoints resumes from its last one, any other run starts "
+            "again. "
             "Each page's status column gives the figure per cell.", ""]
     short_rows, total, all_runs = [], {"cells": 0, "estimated": 0}, {}
     for r in rendered:

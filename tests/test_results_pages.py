@@ -394,17 +394,18 @@ def test_readme_table_of_unfinished_cells_adds_up():
 
 
 def test_time_to_the_paper_length_resumes_from_a_checkpoint(tmp_path):
-    """A run with checkpoints needs its remaining rounds, one without them all of the paper's."""
+    """A run in progress that writes checkpoints needs its remaining rounds from its last checkpoint; a
+    finished shorter run, all of the paper's (read from the results file alone: no checkpoint is committed)."""
     gen = _generator()
-    history = [{"round": r, "seconds": 10.0} for r in range(1, 51)]
-    for name in ("resumable", "restart"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps({"rounds_completed": 50, "history": history}))
-    (tmp_path / "resumable" / "checkpoints" / "50").mkdir(parents=True)
+    history = [{"round": r, "seconds": 10.0} for r in range(1, 56)]
+    files = {"in_progress": {"run": {"rounds": 200, "checkpoint_every": 10}},
+             "shorter": {"run": {"rounds": 55, "checkpoint_every": 10}}}
     section = gen.Section("demo", (), paper_rounds=200)
-    for name, seconds in (("resumable", 150 * 10.0), ("restart", 200 * 10.0)):
-        cell = gen.Cell(None, "s1", [tmp_path / name / "results.json"], "", "", rounds=[50], planned=[50])
-        assert gen._to_go(cell.files, cell, section) == {tmp_path / name / "results.json": pytest.approx(seconds)}
+    for name, planned, seconds in (("in_progress", 200, 150 * 10.0), ("shorter", 55, 200 * 10.0)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"rounds_completed": 55, "history": history, **files[name]}))
+        cell = gen.Cell(None, "s1", [path], "", "", rounds=[55], planned=[planned])
+        assert gen._to_go(cell.files, cell, section) == {path: pytest.approx(seconds)}
     fedpick = tmp_path / "fedpick_seed0.json"
     fedpick.write_text(json.dumps({"rounds": 30, "seconds": 300.0}))
     cell = gen.Cell(None, "s1", [fedpick], "", "", rounds=[30], planned=[30])
