@@ -354,13 +354,13 @@ FEDPAC_TABLE5 = Page(
         "Setting: Table 1's 20-client federation with full participation (see `fedpac_table1.md`). FedProto-G "
         "regularises each client's local training with the global class prototypes and exchanges no model "
         "(pflax's `fedproto`, lam = 1; run file `benchmarks/paper/fedpac/table5_fmnist/fedproto_g.toml`). "
-        "FedProto-L uses only each client's own prototypes, without any communication; `fedproto` has no switch "
-        "for that, so it has no run file. Local-only, FedAvg-FT and FedPAC are Table 1's cells, repeated here for "
+        "FedProto-L aligns each client's features with its own prototypes from its previous round, without any "
+        "communication (`fedproto` with `prototypes = \"local\"`; run file `fedproto_l.toml` beside it). Local-only, FedAvg-FT and FedPAC are Table 1's cells, repeated here for "
         "the ordering."),
     sections=(
         _run_section("20 clients, full participation", "fedpac/table5_fmnist", ("FedPAC", "5", "FMNIST/20clients"), [
             ("FedProto-G", "fedproto_g"),
-            ("FedProto-L", "fedproto_l", "fedproto's Config has no local-prototype variant (FedProto-L)")], before=(
+            ("FedProto-L", "fedproto_l")], before=(
             Row("Local-only", ("table1_fmnist/local_only",), FINAL,
                 ("FedPAC", "5", "FMNIST/20clients", "Local-only", "acc"), repeat_of="fedpac_table1.md"),
             Row("FedAvg-FT", ("table1_fmnist/fedavg_ft/from_fedavg.json",), LAST_EVAL,

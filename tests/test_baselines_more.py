@@ -120,6 +120,42 @@ def test_fedproto_global_prototypes_are_count_weighted_means(fed):
     assert bool(new.server["valid"][7])  # still valid from round 0
 
 
+def test_fedproto_local_prototypes_need_no_communication(fed):
+    """FedProto-L (``prototypes="local"``): round 0 is FedProto-G's (plain CE, nothing to align to yet);
+    afterwards each client aligns to its own previous prototypes, so its trajectory does not depend on
+    any other client's data, while FedProto-G's does; the server never changes. The second round's
+    local loss, by hand, is CE plus the MSE to the client's own class means from its previous model."""
+    train, _ = fed
+    local = start(fedproto, fed, prototypes="local")
+    global_ = start(fedproto, fed)
+    after_local, _ = fedproto.round(local, train)
+    after_global, _ = fedproto.round(global_, train)
+    assert leaves_equal(after_local.clients, after_global.clients)
+    assert leaves_equal(after_local.server, local.server)
+
+    # Other clients' data changed (client 3's labels shuffled): client 0 moves only under FedProto-G.
+    other = train.replace(y=train.y.at[3].set(jnp.roll(train.y[3], 7)))
+    for state, communicates in ((after_local, False), (after_global, True)):
+        a, _ = fedproto.round(fedproto.round(state, train)[0], train)
+        b, _ = fedproto.round(fedproto.round(state, other)[0], other)
+        assert leaves_equal(row(a.clients, 0), row(b.clients, 0)) != communicates, state.config.prototypes
+
+    # Round 2 of client 0 by hand: the loss is CE + lam * MSE(f(x), own class mean of f_prev(x)).
+    params0 = row(after_local.clients, 0)
+    z_prev = np.asarray(MODEL.features(params0["body"], train.x[0]), np.float64)
+    labels, mask = np.asarray(train.y[0]), np.asarray(train.mask[0])
+    means = np.stack([z_prev[mask & (labels == k)].mean(0) if (mask & (labels == k)).any() else np.zeros(z_prev.shape[1])
+                      for k in range(NUM_CLASSES)])
+    held = np.array([(mask & (labels == k)).any() for k in range(NUM_CLASSES)])
+    loss = fedproto.proto_loss(MODEL, {"protos": jnp.asarray(means, jnp.float32), "valid": jnp.asarray(held)}, 1.0)
+    key = jax.random.fold_in(jax.random.fold_in(after_local.key, 1), 0)  # the participant key of round 1, client 0
+    cfg = after_local.config
+    client = {"x": train.x[0], "y": train.y[0], "mask": train.mask[0], "key": key}
+    want, _ = base.train(params0, loss, client, cfg)
+    got, _ = fedproto.round(after_local, train)
+    assert_trees_close(row(got.clients, 0), want, rtol=1e-4, atol=1e-5)
+
+
 def test_ifca_assigns_the_cluster_with_the_smallest_loss(fed):
     train, _ = fed
     state, _ = ifca.round(start(ifca, fed), train)

@@ -1,7 +1,8 @@
 """pflax.flower: any registry algorithm as a Flower app runs the same round as ``ALGORITHM.round``.
 
-* in one process (Flower's Message objects, the apps called directly): FedAvg, FedPAC, Ditto and FedPick,
-  three rounds, equal to the in-process run with the same seed, data and participants within 1e-5;
+* in one process (Flower's Message objects, the apps called directly): FedAvg, FedPAC, Ditto, FedPick and
+  FedProto-L, three rounds, equal to the in-process run with the same seed, data and participants within
+  1e-5;
 * on Flower's Simulation Engine (``run_simulation``, Ray): FedPAC, the same check;
 * deployed: a real ``flower-superlink`` and three ``flower-supernode`` processes on 127.0.0.1, each
   SuperNode loading its own partition from its node config; FedPAC, the same check (round 1 with every
@@ -46,6 +47,8 @@ CONFIGS = {
     "fedpac": {"body_epochs": 1, "head_epochs": 1, "batch_size": 20},
     "ditto": {"local_epochs": 1, "personal_epochs": 1, "batch_size": 20},
     "fedpick": {"local_epochs": 1, "batch_size": 16},
+    # FedProto-L: the server's message is only whether round 0 is over
+    "fedproto": {"local_epochs": 1, "batch_size": 20, "prototypes": "local"},
 }
 
 
@@ -109,7 +112,8 @@ def _server_arrays(state) -> dict:
 # --------------------------------------------------------------------------- in one process
 
 
-@pytest.mark.parametrize("name,fraction", [("fedavg", 1.0), ("fedpac", 0.67), ("ditto", 0.67), ("fedpick", 1.0)])
+@pytest.mark.parametrize("name,fraction", [("fedavg", 1.0), ("fedpac", 0.67), ("ditto", 0.67), ("fedpick", 1.0),
+                                           ("fedproto", 0.67)])
 def test_apps_in_process_match_round(name, fraction, tmp_path):
     spec, train = _spec(name, fraction=fraction), _federation(name)
     states, participants = [], []

@@ -61,16 +61,22 @@ class Config(base.SGDConfig):
 
     Attributes:
       lam: the weight of ``MSE(f(x), C_y)`` in the local loss (the official code's ``ld``), >= 0.
+      prototypes: the regulariser's targets ``C_y``: ``"global"`` (FedProto, FedPAC's FedProto-G: the
+        server's count-weighted prototypes) or ``"local"`` (FedPAC's FedProto-L, Appendix C.5: each
+        client's own prototypes from the end of its previous round, with no communication at all).
 
-    >>> Config().lam, Config(lam=0.1).lam
-    (1.0, 0.1)
+    >>> Config().lam, Config(lam=0.1).lam, Config(prototypes="local").prototypes
+    (1.0, 0.1, 'local')
     """
 
     lam: float = 1.0
+    prototypes: str = "global"
 
     def __post_init__(self):
         super().__post_init__()
         base.require(self.lam >= 0, f"FedProto lam must be >= 0, got {self.lam}")
+        base.require(self.prototypes in ("global", "local"),
+                     f"FedProto prototypes must be 'global' or 'local', got {self.prototypes!r}")
 
 
 @init_on_execution_devices
@@ -160,10 +166,25 @@ def _local_update(global_protos, participant, model, cfg: Config) -> dict:
     return {"client": params, "protos": means, "counts": counts, "n": base.num_samples(participant), "loss": loss}
 
 
+def _own_prototypes_update(after_round_zero, participant, model, cfg: Config) -> dict:
+    # FedProto-L. A client's prototypes at the end of its previous round are its trained body's class
+    # means, and its model stays as it is until it trains again, so they are recomputed here instead of
+    # being stored. Round 0 has none, as FedProto-G's round 0 has no global prototype.
+    x, y, mask = participant["x"], participant["y"], participant["mask"]
+    means, counts = prototypes(model, participant["client"]["body"], x, y, mask)
+    own = {"protos": means, "valid": (counts > 0) & after_round_zero}
+    params, loss = base.train(participant["client"], proto_loss(model, own, cfg.lam), participant, cfg)
+    return {"client": params, "n": base.num_samples(participant), "loss": loss}
+
+
 def _server_update(state: State, batch, uploads: dict, reduced: dict):
     protos, valid = aggregate.aggregate_centroids(uploads["protos"], uploads["counts"], state.server["protos"],
                                                   state.server["valid"])
     return {"protos": protos, "valid": valid}, None, {"n": uploads["n"], "loss": uploads["loss"]}
+
+
+def _keep_server(state: State, batch, uploads: dict, reduced: dict):
+    return state.server, None, {"n": uploads["n"], "loss": uploads["loss"]}
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
@@ -174,12 +195,20 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
 
     Returns:
       :class:`pflax.core.federated.RoundPieces`; every participant receives the server's prototypes
-      (``no_broadcast``: the whole ``server``).
+      (``no_broadcast``: the whole ``server``). With ``prototypes="local"`` (FedProto-L) the server
+      sends only whether round 0 is over, receives no prototypes and keeps its state.
 
     >>> import pflax
     >>> pieces_for(pflax.models.mlp(10, hidden=(8,)), Config()).broadcast is federated.no_broadcast
     True
     """
+    if cfg.prototypes == "local":
+        return federated.RoundPieces(
+            broadcast=lambda state, ids: (state.round > 0, ()),
+            local_update=lambda after_round_zero, participant: _own_prototypes_update(after_round_zero, participant,
+                                                                                      model, cfg),
+            server_update=_keep_server,
+        )
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda protos, participant: _local_update(protos, participant, model, cfg),
