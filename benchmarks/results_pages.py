@@ -1047,6 +1047,10 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             if cell.to_go is not None:
                 target = max(section.paper_rounds, *cell.planned)
                 cell.status += f"; about {fmt_duration(cell.to_go_s)} of CPU to reach {target} rounds"
+                starts = sorted({resumes_from(path) for path in files})
+                if any(r < p for r, p in zip(cell.rounds, cell.planned)):  # in progress: say where it goes on from
+                    cell.status += (" from the packed checkpoint of round " + ", ".join(map(str, starts))
+                                    if starts != [0] else " (no packed checkpoint committed: it starts again)")
         cells.append(cell)
     return cells, at
 
@@ -1065,22 +1069,29 @@ def _not_run_status(row: Row) -> str:
     return "; ".join(parts)
 
 
+def resumes_from(path: Path) -> int:
+    """The round a run continues from on a fresh clone: that of the packed checkpoint committed beside its
+    results file (``checkpoint.tar.gz``, written by ``run_table.py`` while a run is unfinished), else 0
+    (checkpoint folders are not committed, so such a run starts again)."""
+    from pflax.checkpoint import packed_step
+    from pflax.experiment import PACKED_CHECKPOINT
+
+    packed = path.parent / PACKED_CHECKPOINT
+    return packed_step(packed) if packed.exists() else 0
+
+
 def _to_go(files: list[Path], cell: Cell, section: Section) -> dict[Path, float] | None:
     """CPU seconds for each file of an unfinished cell to reach its planned length (a run in progress) or
-    the paper's (a shorter run), at the file's own seconds per round. A run in progress that writes
-    checkpoints (``run.checkpoint_every`` in its file) resumes from its last one, its rounds rounded down to
-    that interval; any other run starts again. (Read from the committed file alone: checkpoints are not
-    committed.) None when a file records no timing."""
+    the paper's (a shorter run), at the file's own seconds per round, from the round it resumes from
+    (:func:`resumes_from`). None when a file records no timing."""
     out = {}
-    for path, done, planned in zip(files, cell.rounds, cell.planned):
+    for path, planned in zip(files, cell.planned):
         data = json.loads(path.read_text())
         per_round = measured_seconds_per_round(data)
         if per_round is None:
             return None
         target = max(planned, section.paper_rounds)
-        every = (data.get("run") or {}).get("checkpoint_every") or 0
-        start = done - done % every if done < planned and every else 0
-        out[path] = per_round * (target - start)
+        out[path] = per_round * (target - resumes_from(path))
     return out
 
 
@@ -1412,7 +1423,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "Cells whose runs stopped before the paper's number of rounds (shorter runs) or are still going (runs "
             "in progress), and the CPU time their runs need to get there, all seeds included and each run counted "
             "once (a FedPick run gives a cell in every domain's section), at each run's own seconds per round (as "
-            "above): a run in progress that writes checkpoints resumes from its last one, any other run starts "
+            "above): a run in progress resumes from the packed checkpoint committed beside its results "
+            "(`checkpoint.tar.gz`, which `run_table.py` keeps while a run is unfinished), any other run starts "
             "again. "
             "Each page's status column gives the figure per cell.", ""]
     short_rows, total, all_runs = [], {"cells": 0, "estimated": 0}, {}

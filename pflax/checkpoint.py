@@ -36,6 +36,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,7 +48,8 @@ import numpy as np
 
 from .core.execution import place_for
 
-__all__ = ["CheckpointError", "Restored", "save", "restore", "read", "latest_step", "all_steps", "fingerprint"]
+__all__ = ["CheckpointError", "Restored", "save", "restore", "read", "latest_step", "all_steps", "fingerprint",
+           "pack", "unpack", "packed_step"]
 
 FORMAT_VERSION = 1
 # Config fields that describe how the computation is mapped onto devices, not what it computes.
@@ -465,3 +469,105 @@ def read(directory, step: int | None = None) -> tuple[dict, dict]:
     if _checksums(arrays) != both.meta["checksums"]:
         raise _corrupt(directory, step, "arrays do not match their checksums")
     return arrays, both.meta
+
+
+# --------------------------------------------------------------------------- one step as one file
+
+
+def pack(directory, archive, *, step: int | None = None) -> int:
+    """Write one step of ``directory`` (default: the latest) as one compressed file, ``archive`` (tar.gz).
+
+    A checkpoint directory is many small files, usually kept out of version control. One packed step
+    beside a run's results lets a machine that has only the results (a fresh clone, a preemptible
+    worker) resume the run: :func:`unpack` it into an empty directory and :func:`restore` as usual,
+    checksums and fingerprint included. The file is written atomically (a temporary file renamed).
+
+    Args:
+      directory: the checkpoint directory.
+      archive: the file to write (replaced when it exists).
+      step: the step to pack; ``None`` for the latest.
+
+    Returns:
+      The step packed. Raises :class:`CheckpointError` when there is no such step.
+
+    >>> import tempfile
+    >>> from pflax.core.federated import State
+    >>> s = State.create(jax.random.PRNGKey(0), {"w": jnp.ones(2)}, {}, 2, None, None)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = save(f"{d}/a", s, extra={"note": "hi"})
+    ...     pack(f"{d}/a", f"{d}/a.tar.gz"), packed_step(f"{d}/a.tar.gz"), unpack(f"{d}/a.tar.gz", f"{d}/b")
+    ...     restore(f"{d}/b", s).extra
+    (0, 0, 0)
+    {'note': 'hi'}
+    """
+    directory, archive = Path(directory).absolute(), Path(archive)
+    steps = all_steps(directory)
+    step = (steps[-1] if steps else None) if step is None else step
+    if step not in steps:
+        raise CheckpointError(f"no checkpoint step {step} in {directory}; available: {steps}")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=archive.parent, prefix=f".{archive.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            tar.add(directory / str(step), arcname=str(step))
+        os.replace(tmp, archive)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return step
+
+
+def packed_step(archive) -> int:
+    """The step held by a file written by :func:`pack` (read from its member names, nothing extracted).
+
+    Args:
+      archive: the packed file.
+
+    Returns:
+      The step number. Raises :class:`CheckpointError` when the file is not one packed step.
+
+    >>> packed_step("no/such/file.tar.gz")
+    Traceback (most recent call last):
+    ...
+    pflax.checkpoint.CheckpointError: cannot read packed checkpoint no/such/file.tar.gz: FileNotFoundError...
+    """
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            tops = {Path(name).parts[0] for name in tar.getnames()}
+    except (OSError, tarfile.TarError) as err:
+        raise CheckpointError(f"cannot read packed checkpoint {archive}: {type(err).__name__}: {err}") from None
+    if len(tops) != 1 or not next(iter(tops)).isdigit():
+        raise CheckpointError(f"{archive} is not one packed checkpoint step (top-level entries: {sorted(tops)})")
+    return int(next(iter(tops)))
+
+
+def unpack(archive, directory) -> int:
+    """Extract a file written by :func:`pack` into checkpoint directory ``directory`` (created).
+
+    Only plain files and folders under the step's folder are extracted (tarfile's ``data`` filter), so
+    a damaged or foreign archive cannot write elsewhere. The step is then read by :func:`restore`, which
+    verifies it.
+
+    Args:
+      archive: the packed file.
+      directory: the checkpoint directory to extract into; it must not hold that step already.
+
+    Returns:
+      The step extracted. Raises :class:`CheckpointError` on an unreadable archive or an existing step.
+
+    >>> unpack("no/such/file.tar.gz", "anywhere")
+    Traceback (most recent call last):
+    ...
+    pflax.checkpoint.CheckpointError: cannot read packed checkpoint no/such/file.tar.gz: FileNotFoundError...
+    """
+    step = packed_step(archive)
+    directory = Path(directory)
+    if (directory / str(step)).exists():
+        raise CheckpointError(f"{directory} already holds step {step}; not overwriting it with {archive}")
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            tar.extractall(directory, filter="data")
+    except (OSError, tarfile.TarError) as err:
+        raise CheckpointError(f"cannot unpack {archive}: {type(err).__name__}: {err}") from None
+    return step

@@ -71,6 +71,8 @@ MODELS = {
     "bn_cnn": "FedBN's digits CNN with BatchNorm ('width' scales its channels); for FedBN and FedPick",
 }
 MAX_CHECKPOINTS_KEPT = 3
+# Where run(pack=True) keeps the latest checkpoint of an unfinished run as one file.
+PACKED_CHECKPOINT = "checkpoint.tar.gz"
 # Spec fields that do not change what is computed: a resumed run may change them.
 NOT_FINGERPRINTED = ("rounds", "eval_every", "checkpoint_every", "execution", "seeds")
 
@@ -786,7 +788,7 @@ def tensorboard_writer(logdir: str | os.PathLike):
 
 
 def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress: bool = True, plots: bool = True,
-        command: str | None = None, logdir: str | os.PathLike | None = None) -> dict:
+        command: str | None = None, logdir: str | os.PathLike | None = None, pack: bool = False) -> dict:
     """Run one seed of a run file end to end: data, model, training, evaluation, checkpoints and results.
 
     Writes into ``out``: ``run.toml`` (the resolved spec), ``results.json``, ``rounds.csv``,
@@ -804,6 +806,10 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
       plots: write the PNG plots.
       command: the command line that started the run, recorded in ``results.json``.
       logdir: also write TensorBoard event files there (:func:`tensorboard_writer`).
+      pack: while the run is unfinished, also keep its latest checkpoint as one file,
+        ``out/checkpoint.tar.gz`` (:func:`pflax.checkpoint.pack`), removed when the run finishes. A copy
+        of ``out`` without ``checkpoints/`` (e.g. a commit of the results) then resumes on another
+        machine: with ``resume=True`` and no checkpoint in ``checkpoints/``, the packed step is unpacked.
 
     Returns:
       The content of ``results.json``.
@@ -856,6 +862,12 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     checkpoints = out / "checkpoints"
     fingerprint = spec.fingerprint(seed)
     record = Record()
+    packed = out / PACKED_CHECKPOINT
+    if resume and packed.exists() and checkpoint.latest_step(checkpoints) is None:
+        try:
+            checkpoint.unpack(packed, checkpoints)
+        except checkpoint.CheckpointError as err:
+            raise RunError(f"cannot resume: {err}") from None
     if resume:
         try:
             restored = checkpoint.restore(checkpoints, state, run=fingerprint)
@@ -866,10 +878,12 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
         state = restored.state
         record = Record(**{k: restored.extra[k] for k in ("history", "evaluations", "resumed_at", "last_round")})
         record.resumed_at.append(restored.step)
-    elif checkpoints.exists():
-        import shutil
+    else:
+        if checkpoints.exists():
+            import shutil
 
-        shutil.rmtree(checkpoints)
+            shutil.rmtree(checkpoints)
+        packed.unlink(missing_ok=True)  # a fresh run's history must not be resumed from an older one's
     _atomic_write(out / "run.toml", spec.to_toml().encode())
     try:
         groups = len(dominant_groups(num_classes)) if spec.partition["name"] in ("fedpac", "concept_shift") else 1
@@ -932,6 +946,10 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
         if r == spec.rounds or (spec.checkpoint_every and r % spec.checkpoint_every == 0):
             checkpoint.save(checkpoints, state, run=fingerprint, max_to_keep=MAX_CHECKPOINTS_KEPT,
                             extra=dataclasses.asdict(record))
+            if pack and r < spec.rounds:
+                checkpoint.pack(checkpoints, packed)
+        if r == spec.rounds:
+            packed.unlink(missing_ok=True)
 
     hooks, close = [after_round], None
     if logdir is not None:
@@ -1026,7 +1044,7 @@ def restrict(data, members) -> Any:
 def _resumable(resume: bool, out: Path) -> bool:
     """Whether one part of a multi-part run (a seed, a coalition) resumes: when asked to and it has
     checkpoints; a part not reached yet starts afresh."""
-    return resume and (out / "checkpoints").exists()
+    return resume and ((out / "checkpoints").exists() or (out / PACKED_CHECKPOINT).exists())
 
 
 def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[dict] = None,

@@ -107,3 +107,30 @@ def test_a_resumed_run_reports_the_time_of_every_session(tmp_path):
     again = run(RunSpec.from_dict({**BASE, "members": [0, 1], "rounds": 3}), tmp_path, resume=True, progress=False,
                 plots=False)  # finished: the files are rewritten, the time is not lost
     assert again["timing"]["total_s"] == pytest.approx(spent)
+
+
+def test_a_packed_checkpoint_resumes_the_run_on_a_machine_without_the_checkpoints(tmp_path, monkeypatch):
+    """``run(pack=True)`` keeps an unfinished run's latest checkpoint as one file beside its results; a copy of
+    the results folder without ``checkpoints/`` (what a commit holds) resumes from it bit for bit, and the file
+    goes once the run is finished."""
+    import shutil
+
+    from pflax import checkpoint, experiment
+
+    spec = RunSpec.from_dict({**BASE, "rounds": 4, "checkpoint_every": 2, "members": [0, 1]})
+    whole = run(spec, tmp_path / "whole", progress=False, plots=False)
+    real_loop = experiment.loop
+    monkeypatch.setattr(experiment, "loop", lambda *a, **k: real_loop(*a[:4], 2, **k))  # stopped after round 2
+    run(spec, tmp_path / "here", progress=False, plots=False, pack=True)
+    monkeypatch.setattr(experiment, "loop", real_loop)
+    packed = tmp_path / "here" / experiment.PACKED_CHECKPOINT
+    assert checkpoint.packed_step(packed) == 2
+    shutil.copytree(tmp_path / "here", tmp_path / "elsewhere", ignore=shutil.ignore_patterns("checkpoints"))
+    [resumed] = run_all(spec, tmp_path / "elsewhere", resume=True, progress=False, plots=False, pack=True)
+    assert resumed["resumed_at_rounds"] == [2] and resumed["status"] == "finished"
+    assert resumed["final_per_client"] == whole["final_per_client"]
+    assert resumed["history"][-1]["loss"] == whole["history"][-1]["loss"]
+    assert not (tmp_path / "elsewhere" / experiment.PACKED_CHECKPOINT).exists()
+    # A fresh run in the first folder drops the packed step of the run it replaces.
+    run(spec, tmp_path / "here", progress=False, plots=False)
+    assert not packed.exists()

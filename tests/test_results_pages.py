@@ -393,19 +393,30 @@ def test_readme_table_of_unfinished_cells_adds_up():
             assert re.search(rf"about [0-9.]+ (h|min) of CPU to reach {target} rounds", row["status"]), row
 
 
-def test_time_to_the_paper_length_resumes_from_a_checkpoint(tmp_path):
-    """A run in progress that writes checkpoints needs its remaining rounds from its last checkpoint; a
-    finished shorter run, all of the paper's (read from the results file alone: no checkpoint is committed)."""
+def test_time_to_the_paper_length_resumes_from_a_packed_checkpoint(tmp_path):
+    """A run in progress resumes on a fresh clone from the packed checkpoint committed beside its results file
+    and needs only the rounds after it; without one (checkpoint folders are not committed) it starts again,
+    as a finished shorter run does."""
+    from pflax import checkpoint
+    from pflax.core.federated import State
+
+    import jax
+
     gen = _generator()
     history = [{"round": r, "seconds": 10.0} for r in range(1, 56)]
-    files = {"in_progress": {"run": {"rounds": 200, "checkpoint_every": 10}},
-             "shorter": {"run": {"rounds": 55, "checkpoint_every": 10}}}
     section = gen.Section("demo", (), paper_rounds=200)
-    for name, planned, seconds in (("in_progress", 200, 150 * 10.0), ("shorter", 55, 200 * 10.0)):
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps({"rounds_completed": 55, "history": history, **files[name]}))
+    state = State.create(jax.random.PRNGKey(0), {}, {}, 2, None, None).replace(round=50)
+    checkpoint.save(tmp_path / "packed" / "checkpoints", state)
+    checkpoint.pack(tmp_path / "packed" / "checkpoints", tmp_path / "packed" / "checkpoint.tar.gz")
+    for name, planned, seconds in (("packed", 200, 150 * 10.0), ("unpacked", 200, 200 * 10.0),
+                                   ("shorter", 55, 200 * 10.0)):
+        path = tmp_path / name / "results.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"rounds_completed": 55, "history": history,
+                                    "run": {"rounds": planned, "checkpoint_every": 10}}))
         cell = gen.Cell(None, "s1", [path], "", "", rounds=[55], planned=[planned])
-        assert gen._to_go(cell.files, cell, section) == {path: pytest.approx(seconds)}
+        assert gen._to_go(cell.files, cell, section) == {path: pytest.approx(seconds)}, name
+        assert gen.resumes_from(path) == (50 if name == "packed" else 0)
     fedpick = tmp_path / "fedpick_seed0.json"
     fedpick.write_text(json.dumps({"rounds": 30, "seconds": 300.0}))
     cell = gen.Cell(None, "s1", [fedpick], "", "", rounds=[30], planned=[30])

@@ -4,7 +4,9 @@ compiling anything, FedPAC's tables run the paper's 200 rounds, and every table'
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import shutil
 import sys
 import tomllib
 from pathlib import Path
@@ -110,3 +112,24 @@ def test_run_table_lists_every_table(capsys):
     assert _run_table().main(["--list"]) == 0
     listed = dict(line.split(": ", 1) for line in capsys.readouterr().out.strip().splitlines())
     assert sorted(listed) == [_name(t) for t in TABLE_DIRS]
+
+
+def test_run_table_resumes_from_a_packed_checkpoint_and_packs_unfinished_runs(tmp_path):
+    """A cell folder committed with its ``checkpoint.tar.gz`` counts as resumable; ``--pack`` packs the latest
+    checkpoint of unfinished runs only."""
+    from pflax import experiment
+    from pflax.experiment import RunSpec, run
+
+    run_table = _run_table()
+    assert not run_table.has_checkpoint(tmp_path / "cell")
+    spec = RunSpec.from_dict(dict(algorithm="fedavg", rounds=2, checkpoint_every=1, config={"local_epochs": 1},
+                                  data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 2},
+                                  model={"name": "mlp", "hidden": [8]}))
+    run(spec, tmp_path / "cell" / "seed0", progress=False, plots=False)
+    assert run_table.pack_unfinished(tmp_path / "cell") == []  # finished: nothing to carry over
+    results = tmp_path / "cell" / "seed0" / "results.json"
+    results.write_text(json.dumps({**json.loads(results.read_text()), "status": "running (2/3 rounds)"}))
+    assert run_table.pack_unfinished(tmp_path / "cell") == [(tmp_path / "cell" / "seed0", 2)]
+    shutil.rmtree(tmp_path / "cell" / "seed0" / "checkpoints")
+    assert (tmp_path / "cell" / "seed0" / experiment.PACKED_CHECKPOINT).exists()
+    assert run_table.has_checkpoint(tmp_path / "cell")

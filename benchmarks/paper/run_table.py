@@ -8,7 +8,9 @@ A table is a folder ``benchmarks/paper/<paper>/<table>/`` of run files, one per 
 (``<cell>.toml``, read by :class:`pflax.experiment.RunSpec`); ``order.txt`` beside them, when present,
 gives the order in which the cells run. Cell ``<cell>`` writes to ``benchmarks/results/<table>/<cell>/``
 (one ``seed<k>/`` folder per seed when a file lists several) and is resumed from its checkpoints
-when it has some, so the command can be stopped and started again at will. Run files name their data
+when it has some, so the command can be stopped and started again at will. While a run is unfinished its
+latest checkpoint is also kept as one file, ``checkpoint.tar.gz`` in its results folder: committed with the
+results, it lets a fresh clone on another machine resume the run (checkpoint folders are not committed). Run files name their data
 folder as ``data_dir = "${PFLAX_DATASETS}"``; this script sets ``PFLAX_DATASETS`` to
 ``../shared/datasets`` beside the repository when it is unset. After the runs it regenerates the
 results pages (``benchmarks/results_pages.py``).
@@ -16,10 +18,13 @@ results pages (``benchmarks/results_pages.py``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from pflax.experiment import PACKED_CHECKPOINT, RunError, RunSpec, run_all
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "benchmarks" / "paper"
@@ -38,7 +43,26 @@ def cells(table: Path) -> list[Path]:
 
 
 def has_checkpoint(out: Path) -> bool:
-    return any(p.name == "checkpoints" and any(p.iterdir()) for p in out.rglob("checkpoints")) if out.exists() else False
+    """Whether a cell's folder holds something to resume from: a checkpoint, or a packed one (committed)."""
+    if not out.exists():
+        return False
+    return (any(any(p.iterdir()) for p in out.rglob("checkpoints") if p.is_dir())
+            or any(out.rglob(PACKED_CHECKPOINT)))
+
+
+def pack_unfinished(out: Path) -> list[tuple[Path, int]]:
+    """Pack the latest checkpoint of every unfinished run under a cell's folder (one per seed or coalition)
+    into ``checkpoint.tar.gz`` beside its results; ``(folder, step)`` for each one packed."""
+    from pflax import checkpoint
+
+    packed = []
+    for checkpoints in sorted(out.rglob("checkpoints")) if out.exists() else []:
+        folder = checkpoints.parent
+        results = folder / "results.json"
+        finished = results.exists() and json.loads(results.read_text()).get("status") == "finished"
+        if not finished and checkpoint.latest_step(checkpoints) is not None:
+            packed.append((folder, checkpoint.pack(checkpoints, folder / PACKED_CHECKPOINT)))
+    return packed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("only", nargs="*", help="run only these cells")
     parser.add_argument("--list", action="store_true", help="list the tables and their cells")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--pack", action="store_true",
+                        help="only pack the latest checkpoint of each unfinished run into its checkpoint.tar.gz "
+                             "(for runs started without packing), then stop")
     args = parser.parse_args(argv)
     os.environ.setdefault("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets"))
     if args.list or not args.table:
@@ -56,20 +83,24 @@ def main(argv: list[str] | None = None) -> int:
     table = TABLES / args.table
     if not table.is_dir():
         raise SystemExit(f"no table {args.table!r} under {TABLES}")
-    from pflax.experiment import RunError, RunSpec, run_all
 
     for run_file in cells(table):
         if args.only and run_file.stem not in args.only:
             continue
         out = RESULTS / table.name / run_file.stem
+        if args.pack:
+            for folder, step in pack_unfinished(out):
+                print(f"{folder.relative_to(REPO)}: packed round {step}", flush=True)
+            continue
         resume = has_checkpoint(out)
         print(f"{run_file.relative_to(REPO)} -> {out.relative_to(REPO)}" + (" (resuming)" if resume else ""), flush=True)
         try:
-            run_all(RunSpec.from_file(run_file), out, resume=resume, progress=not args.quiet,
+            run_all(RunSpec.from_file(run_file), out, resume=resume, progress=not args.quiet, pack=True,
                     command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
         except RunError as err:
             print(f"  {run_file.stem} stopped: {err}", flush=True)
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False)
+    if not args.pack:
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False)
     return 0
 
 
