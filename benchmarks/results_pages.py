@@ -503,10 +503,11 @@ def _collab_client_group(title: str, clients: str) -> Section:
 _PFEDME_CHECK = "fedcollab/fedcollab_table1_pfedme_check"
 _PFEDME_VARIANTS = (("pFedMe, official defaults (lambda 1, personal lr 0.1)", "fedcollab_table1_fmnist/pfedme",
                      "fedcollab/fedcollab_table1_fmnist/pfedme.toml"),
-                    ("pFedMe, lambda 15 (pFedMe's own default)", "fedcollab_table1_pfedme_check/pfedme__prox_mu_15",
-                     f"{_PFEDME_CHECK}/pfedme__prox_mu_15.toml"),
                     ("pFedMe, personal lr 0.01", "fedcollab_table1_pfedme_check/pfedme__personal_lr_0_01",
-                     f"{_PFEDME_CHECK}/pfedme__personal_lr_0_01.toml"))
+                     f"{_PFEDME_CHECK}/pfedme__personal_lr_0_01.toml"),
+                    ("pFedMe, lambda 15 (pFedMe's own default), personal lr 0.01",
+                     "fedcollab_table1_pfedme_check/pfedme__prox_mu_15__personal_lr_0_01",
+                     f"{_PFEDME_CHECK}/pfedme__prox_mu_15__personal_lr_0_01.toml"))
 
 
 def _pfedme_check(title: str, clients: str, paper: bool) -> Section:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pflax.experiment import PACKED_CHECKPOINT, RunError, RunSpec, run_all
+from pflax.experiment import PACKED_CHECKPOINT, Diverged, RunError, RunSpec, run_all
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "benchmarks" / "paper"
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run_all(RunSpec.from_file(run_file), out, resume=resume, progress=not args.quiet, pack=True,
                     command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
-        except RunError as err:
+        except (RunError, Diverged) as err:  # one cell's failure does not stop the table's other cells
             print(f"  {run_file.stem} stopped: {err}", flush=True)
     if not args.pack:
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False)
