@@ -133,3 +133,30 @@ def test_run_table_resumes_from_a_packed_checkpoint_and_packs_unfinished_runs(tm
     shutil.rmtree(tmp_path / "cell" / "seed0" / "checkpoints")
     assert (tmp_path / "cell" / "seed0" / experiment.PACKED_CHECKPOINT).exists()
     assert run_table.has_checkpoint(tmp_path / "cell")
+
+
+def test_run_table_goes_on_to_the_next_cell_when_one_diverges(tmp_path, monkeypatch, capsys):
+    """A cell whose run diverges is reported, and the table's other cells still run."""
+    from pflax.experiment import Diverged
+
+    run_table = _run_table()
+    table = tmp_path / "paper" / "demo" / "table9_demo"
+    table.mkdir(parents=True)
+    for cell in ("first", "second"):
+        (table / f"{cell}.toml").write_text('algorithm = "fedavg"\n')
+    ran = []
+
+    def fake_run_all(spec, out, **options):
+        ran.append(Path(out).name)
+        if Path(out).name == "first":
+            raise Diverged(0)
+        return []
+
+    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
+    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run_table, "REPO", tmp_path)
+    monkeypatch.setattr(run_table, "run_all", fake_run_all)
+    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+    assert run_table.main(["demo/table9_demo", "--quiet"]) == 0
+    assert ran == ["first", "second"]
+    assert "first stopped: round 0 produced NaN/Inf" in capsys.readouterr().out
