@@ -1,12 +1,18 @@
 """Golden trajectories: three rounds of every registry algorithm on one small fixed federation.
 
 The digests in ``tests/golden/trajectories.json`` were recorded before the algorithm-contract
-redesign; ``tests/test_contract.py`` replays every algorithm and asks for the same bits. Each array is
+redesign; ``tests/test_contract.py`` replays every algorithm and asks for the same bits as one of the
+recordings. The bits depend on the CPU as well as on the code: NumPy's float32 ``sin``/``cos`` (the
+synthetic images) and XLA:CPU's kernels take other paths with AVX-512, and each path rounds its own way.
+So the file keeps one recording per kind of CPU (``machine()``), each made from the same code. Each array is
 reduced to its shape, dtype and SHA-256 of its bytes (plus its float64 sum, only to say how far a
 mismatch is). State leaves are compared as a multiset of digests, so moving a tree inside the state
 (a new layout) is allowed while changing any value is not.
 
-Record again (only for a deliberate, documented change): ``python tests/golden_trajectories.py``.
+Record again (only for a deliberate, documented change, which replaces every recording):
+``python tests/golden_trajectories.py``. Add this machine's recording (only when the code is unchanged since
+a recording that replayed bit for bit, and the replay fails only because the CPU differs):
+``python tests/golden_trajectories.py --add-machine``.
 """
 from __future__ import annotations
 
@@ -107,21 +113,38 @@ def trajectory(name: str, module, run_round, run_evaluate, sample) -> list[dict]
     return out
 
 
-def record() -> None:
-    from pflax.algorithms import REGISTRY, EVALUATE_NEEDS_TRAIN
+def machine() -> dict:
+    """What of this CPU changes the bits: the SIMD paths NumPy dispatches to, and the CPU's AVX-512 flags
+    (which XLA:CPU's kernels use)."""
+    from numpy._core._multiarray_umath import __cpu_features__
 
-    golden = {}
-    for name, module in REGISTRY.items():
-        def run_round(state, batch, test, module=module, name=name):
-            return module.round(state, batch) if name == "fedavg" else module.round(state, batch, test)
+    flags = set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                flags = {f for f in line.split(":", 1)[1].split() if f.startswith("avx512")}
+                break
+    return {"numpy_simd": sorted(k for k, on in __cpu_features__.items() if on and k.startswith(("AVX512", "X86_V"))),
+            "avx512": sorted(flags)}
 
-        def run_evaluate(state, test, train, module=module, name=name):
-            return module.evaluate(state, test, train) if name in EVALUATE_NEEDS_TRAIN else module.evaluate(state, test)
 
-        golden[name] = trajectory(name, module, run_round, run_evaluate, module.sample_clients)
-        print(name, "recorded", flush=True)
+def recordings() -> list[dict]:
+    """Every recording in GOLDEN: ``{"jax", "machine", "algorithms"}`` each (``machine`` None when unknown)."""
+    data = json.loads(GOLDEN.read_text())
+    if "recordings" in data:
+        return data["recordings"]
+    return [{"jax": data["jax"], "machine": None, "algorithms": data["algorithms"]}]
+
+
+def record(add_machine: bool = False) -> None:
+    """Write this machine's trajectories of every registry algorithm (:func:`replay`) into GOLDEN: as the only
+    recording, or with ``add_machine`` beside the recordings of other kinds of CPU."""
+    golden = replay()
+    this = {"jax": jax.__version__, "machine": machine(), "algorithms": golden}
+    kept = [r for r in recordings() if r["machine"] != this["machine"]] if add_machine and GOLDEN.exists() else []
     GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text(json.dumps({"jax": jax.__version__, "algorithms": golden}, indent=1) + "\n")
+    GOLDEN.write_text(json.dumps({"recordings": kept + [this]}, indent=1) + "\n")
 
 
 def replay(names=None) -> dict:
@@ -144,4 +167,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--replay":  # python golden_trajectories.py --replay OUT.json
         Path(sys.argv[2]).write_text(json.dumps(replay()))
     else:
-        record()
+        record(add_machine="--add-machine" in sys.argv)

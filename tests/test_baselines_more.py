@@ -130,7 +130,11 @@ def test_fedproto_local_prototypes_need_no_communication(fed):
     global_ = start(fedproto, fed)
     after_local, _ = fedproto.round(local, train)
     after_global, _ = fedproto.round(global_, train)
-    assert leaves_equal(after_local.clients, after_global.clients)
+    # The two settings compile to different programs; under the suite's fast-compile flags XLA may round an
+    # element differently (seen: 7e-9 in 1 of 11,520 weights on an AVX-512 CPU). Aligning to anything in round 0
+    # would move the weights by orders of magnitude more.
+    for a, b in zip(jax.tree.leaves(after_local.clients), jax.tree.leaves(after_global.clients)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
     assert leaves_equal(after_local.server, local.server)
 
     # Other clients' data changed (client 3's labels shuffled): client 0 moves only under FedProto-G.
