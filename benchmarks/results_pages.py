@@ -1248,6 +1248,37 @@ def same_round_rows(cells: list[Cell], section: Section) -> list[list[str]]:
     return rows
 
 
+CLUSTER_USE_HEADER = ["clustered run", "src", "after round", "hypotheses", "clients per hypothesis",
+                      "accuracy per hypothesis"]
+CLUSTER_USE_TEXT = (
+    "**Hypotheses in use.** Each counted clustered run (one with `last_round.cluster_losses`, each client's loss "
+    "under every hypothesis) more than 1.5 points from the paper: the clients each hypothesis serves (the one "
+    "with the lowest loss, as the method picks it) and their mean accuracy (`final_per_client`). A hypothesis "
+    "that serves no client is a lost cluster: clients of different label groups then share one model.")
+
+
+def cluster_use_rows(cells: list[Cell], section: Section) -> list[list[str]]:
+    """Rows of the hypotheses-in-use table: every counted one-file run with per-hypothesis losses whose gap to
+    the paper is over 1.5 points."""
+    rows = []
+    for c in cells:
+        if not (counted(c, section) and abs(c.gap) > 1.5 and len(c.files) == 1):
+            continue
+        data = json.loads(c.files[0].read_text())
+        losses = (data.get("last_round") or {}).get("cluster_losses")
+        if not losses:
+            continue
+        ids = data["last_round"]["client_ids"]
+        choice = [min(range(len(row)), key=row.__getitem__) for row in losses]
+        accuracy = dict(zip(range(len(data["final_per_client"])), data["final_per_client"]))
+        k = len(losses[0])
+        served = [[i for i, h in zip(ids, choice) if h == j] for j in range(k)]
+        rows.append([c.row.method, c.ref, str(data["rounds_completed"]), str(k),
+                     ", ".join(str(len(m)) for m in served),
+                     ", ".join(fmt(100 * sum(accuracy[i] for i in m) / len(m)) if m else DASH for m in served)])
+    return rows
+
+
 def fmt_ours(cell: Cell) -> str:
     if cell.mean is None:
         return DASH
@@ -1318,6 +1349,9 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
         compared = same_round_rows(cells, section)
         if compared:
             out += ["", SAME_ROUND_TEXT, ""] + table(SAME_ROUND_HEADER, compared)
+        clusters = cluster_use_rows(cells, section)
+        if clusters:
+            out += ["", CLUSTER_USE_TEXT, ""] + table(CLUSTER_USE_HEADER, clusters)
         missing = not_run(cells)
         if missing["cells"]:
             out += ["", f"**Not run yet:** {missing['cells']} cell{'s' if missing['cells'] > 1 else ''}"

@@ -445,3 +445,48 @@ def test_readme_headline_scoreboard_is_current():
     (board,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if t["header"][0] == "page"]
     (total,) = [row for row in board["rows"] if row["page"] == "**all pages**"]
     assert (int(line.group(1)), int(line.group(2))) == (int(total["within 1.5"]), int(total["cells"]))
+
+
+def test_hypotheses_in_use_tables_agree_with_the_results_files():
+    """Every "Hypotheses in use" row, recomputed from its results file: the hypothesis each client's lowest
+    loss picks (``last_round.cluster_losses``), the clients per hypothesis and their mean final accuracy."""
+    for name in PAGES:
+        tables = parse_tables((DOCS / name).read_text())
+        sources = {r["src"]: r for t in tables if t["header"][0] == "src" for r in t["rows"]}
+        for t in tables:
+            if t["header"][0] != "clustered run":
+                continue
+            for row in t["rows"]:
+                (path,) = [REPO / f.strip("`") for f in sources[row["src"]]["results file(s)"].split("<br>")]
+                data = json.loads(path.read_text())
+                losses = data["last_round"]["cluster_losses"]
+                picks = [row_losses.index(min(row_losses)) for row_losses in losses]
+                k = len(losses[0])
+                members = [[c for c, h in zip(data["last_round"]["client_ids"], picks) if h == j] for j in range(k)]
+                assert row["hypotheses"] == str(k) and row["after round"] == str(data["rounds_completed"])
+                assert row["clients per hypothesis"] == ", ".join(str(len(m)) for m in members), name
+                shown = row["accuracy per hypothesis"].split(", ")
+                for m, value in zip(members, shown):
+                    if not m:
+                        assert value == DASH
+                        continue
+                    assert float(value) == pytest.approx(100 * statistics.mean(data["final_per_client"][c] for c in m),
+                                                         abs=0.006), name
+
+
+def test_hypotheses_in_use_names_a_lost_cluster(tmp_path):
+    """A clustered run whose clients all pick two of three hypotheses shows the third as serving none."""
+    gen = _generator()
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"rounds_completed": 200, "final_per_client": [0.9, 0.8, 0.7, 0.6],
+                                "last_round": {"client_ids": [0, 1, 2, 3],
+                                               "cluster_losses": [[0.1, 0.5, 0.9], [0.2, 0.5, 0.1],
+                                                                  [0.3, 0.5, 0.2], [0.1, 0.4, 0.5]]}}))
+    section = gen.Section("demo", (), paper_rounds=200)
+    cell = gen.Cell(gen.Row("HypCluster (k=3)", (), "", ("p", "t", "s", "m", "acc")), "s1", [path], "", "",
+                    rounds=[200], planned=[200])
+    cell.paper, cell.values = 90.0, [75.0]
+    assert cell.gap == pytest.approx(-15.0)
+    assert gen.cluster_use_rows([cell], section) == [["HypCluster (k=3)", "s1", "200", "3", "2, 0, 2", "75.00, —, 75.00"]]
+    cell.values = [89.0]  # within 1.5 points: nothing to diagnose
+    assert gen.cluster_use_rows([cell], section) == []
