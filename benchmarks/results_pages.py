@@ -518,8 +518,9 @@ _PFEDME_VARIANTS = (("pFedMe, official defaults (lambda 1, personal lr 0.1)", "f
 
 
 def _pfedme_check(title: str, clients: str, paper: bool) -> Section:
-    """A section, not counted, of pFedMe under the official defaults and under two other settings (the run
-    files of ``benchmarks/paper/fedcollab/fedcollab_table1_pfedme_check/``), over one group of clients."""
+    """A diagnosis section of pFedMe under the official defaults and under the other settings of
+    ``_PFEDME_VARIANTS`` (the run files of ``benchmarks/paper/fedcollab/fedcollab_table1_pfedme_check/``),
+    over one group of clients."""
     cell = ("FedCollab", "1", "LabelShift_FMNIST", "pFedMe", "Acc_mean") if paper else None
     rows = tuple(Row(label, (folder,), f"100 * mean(final_per_client{clients})", cell, run_file=run_file)
                  for label, folder, run_file in _PFEDME_VARIANTS)
@@ -1279,7 +1280,7 @@ def cluster_use_rows(cells: list[Cell], section: Section) -> list[list[str]]:
             continue
         ids = data["last_round"]["client_ids"]
         choice = [min(range(len(row)), key=row.__getitem__) for row in losses]
-        accuracy = dict(zip(range(len(data["final_per_client"])), data["final_per_client"]))
+        accuracy = data["final_per_client"]  # in client-id order
         k = len(losses[0])
         served = [[i for i, h in zip(ids, choice) if h == j] for j in range(k)]
         rows.append([c.row.method, c.ref, str(data["rounds_completed"]), str(k),

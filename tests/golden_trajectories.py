@@ -130,11 +130,9 @@ def machine() -> dict:
 
 
 def recordings() -> list[dict]:
-    """Every recording in GOLDEN: ``{"jax", "machine", "algorithms"}`` each (``machine`` None when unknown)."""
-    data = json.loads(GOLDEN.read_text())
-    if "recordings" in data:
-        return data["recordings"]
-    return [{"jax": data["jax"], "machine": None, "algorithms": data["algorithms"]}]
+    """Every recording in GOLDEN: ``{"jax", "machine", "algorithms"}`` each (``machine`` None for the first,
+    made before machines were recorded)."""
+    return json.loads(GOLDEN.read_text())["recordings"]
 
 
 def record(add_machine: bool = False) -> None:

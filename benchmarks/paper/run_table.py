@@ -8,10 +8,10 @@ A table is a folder ``benchmarks/paper/<paper>/<table>/`` of run files, one per 
 (``<cell>.toml``, read by :class:`pflax.experiment.RunSpec`); ``order.txt`` beside them, when present,
 gives the order in which the cells run. Cell ``<cell>`` writes to ``benchmarks/results/<table>/<cell>/``
 (one ``seed<k>/`` folder per seed when a file lists several) and is resumed from its checkpoints
-when it has some, so the command can be stopped and started again at will. While a run is unfinished its
-latest checkpoint is also kept as one file, ``checkpoint.tar.gz`` in its results folder: committed with the
-results, it lets a fresh clone on another machine resume the run (checkpoint folders are not committed). Run files name their data
-folder as ``data_dir = "${PFLAX_DATASETS}"``; this script sets ``PFLAX_DATASETS`` to
+when it has some, so the command can be stopped and started again at will. While a run is unfinished
+its latest checkpoint is also kept as one file, ``checkpoint.tar.gz`` in its results folder: committed
+with the results, it lets a fresh clone on another machine resume the run (checkpoint folders are not
+committed). Run files name their data folder as ``data_dir = "${PFLAX_DATASETS}"``; this script sets ``PFLAX_DATASETS`` to
 ``../shared/datasets`` beside the repository when it is unset. After the runs it regenerates the
 results pages (``benchmarks/results_pages.py``).
 """
