@@ -5,7 +5,9 @@ training images per client, each domain's full 10,000-image test set. Methods: F
 FedProx (mu 0.01), FedPer, FedRep (4 head + 1 body epochs), LG-FedAvg, FedBN and single-client
 training, all on the FedBN Digits CNN with FedPick's SGD setting (lr 0.01, momentum 0.5, batch 64,
 1 local epoch). Reported, as in the paper: the best test accuracy reached during training, per
-domain, mean (std) over seeds. Ablations (Table IV) are FedPick with one switch changed.
+domain, mean (std) over seeds. Ablations (Table IV) are FedPick with one switch changed. Two diagnosis
+arms, not in the paper, run FedPer and FedRep with the encoder's BatchNorm kept local
+(``--arms fedper_local_bn fedrep_local_bn``).
 
     python benchmarks/fedpick_domains.py                      # main table + ablations, 3 seeds
     python benchmarks/fedpick_domains.py --arms fedpick fedbn --seeds 0
