@@ -679,6 +679,17 @@ _PICK_INTRO = (
     "narrower CNN (width 0.125), 30 rounds instead of 300, and 3 seeds (ablations 2) instead of 5. Only "
     "the MNIST cells compare like with like and enter the scoreboard.")
 
+# The MNIST cells of Table II more than 1.5 points from the paper.
+FEDPICK_T2_MNIST_DIAGNOSIS = (
+    "Four cells are more than 1.5 points from the paper, all methods that average the encoder's BatchNorm "
+    "layers over the five domains. **FedAvg** and **FedProx** (2.1 and 2.0 under) have flattened (0.1 and 0.2 "
+    "points over their last 5 rounds, mean over seeds), so more rounds would not close the gap. They share one "
+    "model, BatchNorm statistics included, between MNIST and domains much further from it than the paper's "
+    "(`inverse`, with inverted intensities, where they reach about 50 % and FedBN 84 %), in a CNN of 1/8 the "
+    "paper's width: FedBN, the same rule with BatchNorm local, is 1.1 points above FedAvg here against 0.4 in "
+    "the paper. **FedPer** and **FedRep** keep a local classifier under those averaged statistics; the "
+    "diagnosis section below runs them with BatchNorm local.")
+
 # FedPer's and FedRep's MNIST cells, 8.7 and 24.7 points under the paper.
 FEDPICK_BN_DIAGNOSIS = (
     "FedPer and FedRep are the two MNIST cells furthest from the paper. Rounds do not explain it: FedRep's "
@@ -757,7 +768,8 @@ FEDPICK_TABLE2 = Page(
     intro=_PICK_INTRO,
     sections=_fedpick("II", [("SingleSet", "single", None), ("FedAvg", "fedavg", None), ("FedProx", "fedprox", None),
                              ("FedPer", "fedper", None), ("FedRep", "fedrep", None), ("LG-FedAvg", "lg_fedavg", None),
-                             ("FedBN", "fedbn", None), ("FedPick", "fedpick", None)]) + _fedpick_bn_check()
+                             ("FedBN", "fedbn", None), ("FedPick", "fedpick", None)],
+                      mnist_note=FEDPICK_T2_MNIST_DIAGNOSIS) + _fedpick_bn_check()
     + _fedpick_usps(),
 )
 
