@@ -139,16 +139,19 @@ LAST_EVAL = "100 * mean(personalized_history[-1].accuracy)"
 
 def _fedpac_t1(setting: str, rows: list[tuple]) -> tuple[Row, ...]:
     """Rows of FedPAC Table 1/4 from (label, folder, kind[, run file or missing]); the paper cell is (label,
-    setting). The optional fourth entry is the run file (under ``benchmarks/paper/``, ending in ``.toml``) or,
-    for a cell pflax cannot express, why not."""
+    setting). ``kind`` is ``"pflax"`` (the folder's results.json), ``"fedavg_eval"`` (its from_fedavg.json,
+    of ``benchmarks/fedavg_family_eval.py``) or ``"from_<cell>"`` (its from_<cell>.json, of
+    ``benchmarks/evaluate_variant.py``). The optional fourth entry is the run file (under
+    ``benchmarks/paper/``, ending in ``.toml``) or, for a cell pflax cannot express, why not."""
     out = []
     for label, folder, kind, *more in rows:
         table = "4" if label in T4_METHODS else "1"
         extra = {}
         if more:
             extra = {"run_file": more[0]} if more[0].endswith(".toml") else {"missing": more[0]}
-        if kind == "fedavg_eval":
-            out.append(Row(label, (folder + "/from_fedavg.json",), LAST_EVAL, ("FedPAC", table, setting, label, "acc"),
+        if kind == "fedavg_eval" or kind.startswith("from_"):  # evaluated on another cell's run
+            name = "from_fedavg" if kind == "fedavg_eval" else kind
+            out.append(Row(label, (f"{folder}/{name}.json",), LAST_EVAL, ("FedPAC", table, setting, label, "acc"),
                            kind="fedavg_eval", **extra))
         else:
             out.append(Row(label, (folder,), FINAL, ("FedPAC", table, setting, label, "acc"), **extra))
@@ -345,7 +348,8 @@ FEDPAC_TABLE4 = Page(
             ("HypCluster (k=3)", "table1_fmnist/hypcluster__k_3", "pflax"),
             ("HypCluster (k=5)", "table1_fmnist/hypcluster__k_5", "pflax"),
             ("FedEM (M=3)", "table1_fmnist/fedem__m_3", "pflax"),
-            ("FedEM-FT (M=3)", "table1_fmnist/fedem_ft__m_3", "pflax", "fedpac/table1_fmnist/fedem_ft__m_3.toml"),
+            ("FedEM-FT (M=3)", "table1_fmnist/fedem_ft__m_3", "from_fedem__m_3",
+             "fedpac/table1_fmnist/fedem_ft__m_3.toml"),
             ("FedEM (M=5)", "table1_fmnist/fedem__m_5", "pflax", "fedpac/table1_fmnist/fedem__m_5.toml"),
             ("FedEM-FT (M=5)", "table1_fmnist/fedem_ft__m_5", "pflax", "fedpac/table1_fmnist/fedem_ft__m_5.toml"),
         ]) + (Row("FedPAC", ("fedpac_fmnist/both",), FINAL, ("FedPAC", "4", FMNIST20, "FedPAC (ours)", "acc"),

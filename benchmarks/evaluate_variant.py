@@ -1,0 +1,151 @@
+"""A paper cell whose method trains exactly as another cell's, read from that cell's finished run.
+
+    python benchmarks/evaluate_variant.py fedpac/table1_fmnist fedem__m_3 fedem_ft__m_3
+
+Some methods differ from another only in how a client is evaluated. FedEM-FT is FedEM whose clients
+fine-tune the mixture on their training split before they are scored. That fine-tuned mixture is thrown
+away, so the two runs train identically: ``finetune_epochs`` is read only by ``evaluate``, and
+``tests/test_evaluate_variant.py`` checks that the training is bit-identical and that this script
+reproduces a direct run's accuracies. The variant's number after round t is therefore its own
+``evaluate`` applied to the base run's state after round t, and a second 200-round training is not needed.
+
+The script reads both run files (``benchmarks/paper/<table>/<cell>.toml``). It refuses them unless they
+differ only in fields that ``EVALUATION_ONLY`` lists for their algorithm, or in how often they evaluate
+and checkpoint. It restores the base run's final checkpoint (``benchmarks/results/<table>/<base>/
+checkpoints``, fingerprinted by the base run file) and swaps in the variant's Config. Then it evaluates
+every client and writes ``benchmarks/results/<table>/<variant>/from_<base>.json``, one per seed
+(``seed<k>/`` folders when the file lists several). ``benchmarks/results_pages.py`` reads that file.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# Config fields that only evaluation reads, per algorithm: two run files that differ only in these train
+# identically.
+EVALUATION_ONLY = {"fedem": frozenset({"finetune_epochs"})}
+# Run-file fields that change neither the training nor the final evaluation.
+SCHEDULE_ONLY = ("eval_every", "checkpoint_every", "execution")
+
+
+def training_identical(base, variant) -> list[str]:
+    """What makes two resolved run files train differently; empty when only evaluation differs.
+
+    Args:
+      base, variant: :class:`pflax.experiment.RunSpec` (resolved).
+
+    Returns:
+      One line per difference that changes the training.
+
+    >>> from pflax.experiment import RunSpec
+    >>> a = RunSpec("fedem", rounds=5, config={"finetune_epochs": 0}).resolved()
+    >>> training_identical(a, RunSpec("fedem", rounds=5, config={"finetune_epochs": 5}).resolved())
+    []
+    >>> training_identical(a, RunSpec("fedem", rounds=5, config={"lr": 0.1}).resolved())
+    ['config.lr: 0.01 != 0.1']
+    """
+    if base.algorithm != variant.algorithm:
+        return [f"algorithm: {base.algorithm} != {variant.algorithm}"]
+    ignored = EVALUATION_ONLY.get(base.algorithm, frozenset())
+    a, b = base.to_dict(), variant.to_dict()
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if key in SCHEDULE_ONLY:
+            continue
+        if key == "config":
+            for field in sorted(set(a[key]) | set(b[key])):
+                if field not in ignored and a[key].get(field) != b[key].get(field):
+                    diffs.append(f"config.{field}: {a[key].get(field)} != {b[key].get(field)}")
+        elif a.get(key) != b.get(key):
+            diffs.append(f"{key}: {a.get(key)} != {b.get(key)}")
+    return diffs
+
+
+def evaluate_from(base, variant, checkpoints: Path, seed: int) -> dict:
+    """The variant's per-client accuracy with the base run's state at its latest checkpoint.
+
+    Args:
+      base, variant: resolved run files that train identically (:func:`training_identical`).
+      checkpoints: the base run's checkpoint folder for ``seed``.
+      seed: the seed.
+
+    Returns:
+      ``{"round": the checkpoint's round, "accuracy": [per client]}``.
+    """
+    import jax
+    import numpy as np
+
+    from pflax import checkpoint
+    from pflax.algorithms import REGISTRY
+    from pflax.experiment import _load_data, make_config, make_model
+
+    one = dataclasses.replace(base, seeds=(seed,))
+    algorithm = REGISTRY[one.algorithm]
+    _, num_classes, train, test = _load_data(one)
+    model = make_model(one.model, tuple(train.x.shape[2:]), num_classes)
+    template = algorithm.init(jax.random.PRNGKey(seed), model, train.x[0], train.num_clients,
+                              make_config(one.algorithm, one.config, one.execution))
+    restored = checkpoint.restore(checkpoints, template, run=one.fingerprint(seed))
+    state = restored.state.replace(config=make_config(variant.algorithm, variant.config, variant.execution))
+    accuracy = algorithm.evaluate(state, test, train)["accuracy"]
+    return {"round": int(restored.step), "accuracy": np.asarray(jax.device_get(accuracy), np.float64).tolist()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pflax.experiment import RunSpec
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("table", help="<paper>/<table>, a folder under benchmarks/paper/")
+    parser.add_argument("base", help="the cell whose finished run is evaluated")
+    parser.add_argument("variant", help="the cell that trains as the base and is evaluated its own way")
+    parser.add_argument("--paper-dir", type=Path, default=REPO / "benchmarks" / "paper")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets"))
+    folder = args.paper_dir / args.table
+    base, variant = (RunSpec.from_file(folder / f"{cell}.toml").resolved() for cell in (args.base, args.variant))
+    diffs = training_identical(base, variant)
+    if diffs:
+        sys.exit(f"{args.variant} does not train as {args.base}: " + "; ".join(diffs))
+    if base.seeds != variant.seeds:
+        sys.exit(f"{args.variant} lists seeds {list(variant.seeds)}, {args.base} {list(base.seeds)}")
+    table = args.table.split("/")[-1]
+    for seed in base.seeds:
+        sub = f"seed{seed}" if len(base.seeds) > 1 else ""
+        source = args.results_dir / table / args.base / sub
+        done = json.loads((source / "results.json").read_text())
+        if done.get("status") != "finished":
+            sys.exit(f"{source}: the base run is not finished ({done.get('status')})")
+        measured = evaluate_from(base, variant, source / "checkpoints", seed)
+        if measured["round"] != base.rounds:
+            sys.exit(f"{source}/checkpoints: latest round {measured['round']}, not the run's last ({base.rounds})")
+        out = args.results_dir / table / args.variant / sub
+        out.mkdir(parents=True, exist_ok=True)
+        relative = lambda p: p.relative_to(REPO).as_posix() if p.is_relative_to(REPO) else str(p)
+        result = {
+            "method": args.variant,
+            "seed": seed,
+            "evaluated_model": f"pflax.algorithms.{variant.algorithm}.evaluate with the Config of "
+                               f"{relative(folder / (args.variant + '.toml'))}, applied to the state after the last "
+                               f"round of the run of {relative(folder / (args.base + '.toml'))}, on each client's "
+                               "own test split",
+            "source_run": relative(source / "results.json"),
+            "command": f"python benchmarks/evaluate_variant.py {args.table} {args.base} {args.variant}",
+            "personalized_history": [measured],
+        }
+        path = out / f"from_{args.base}.json"
+        path.write_text(json.dumps(result, indent=1))
+        mean = 100 * sum(measured["accuracy"]) / len(measured["accuracy"])
+        print(f"{args.variant} (seed {seed}) from {args.base}'s round {measured['round']}: {mean:.2f} % -> {relative(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

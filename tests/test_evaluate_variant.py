@@ -1,0 +1,84 @@
+"""``benchmarks/evaluate_variant.py``: a cell that trains exactly as another (FedEM-FT as FedEM) is read from
+the other's finished run. Its training must be bit-identical to the base run's, and the script must
+reproduce a direct run's accuracies; a variant that trains differently is refused."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pflax.experiment import RunSpec, run
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = dict(algorithm="fedem", rounds=2, eval_every=1, checkpoint_every=1,
+            config={"local_epochs": 1, "num_components": 2, "finetune_epochs": 0},
+            data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 3},
+            model={"name": "mlp", "hidden": [8]})
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("evaluate_variant", REPO / "benchmarks" / "evaluate_variant.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _spec(**config) -> RunSpec:
+    return RunSpec.from_dict({**BASE, "config": {**BASE["config"], **config}})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A table of two cells, FedEM and FedEM-FT, with the FedEM cell run; and a direct FedEM-FT run."""
+    root = tmp_path_factory.mktemp("variant")
+    table = root / "paper" / "demo" / "t"
+    table.mkdir(parents=True)
+    (table / "fedem.toml").write_text(_spec().to_toml())
+    (table / "fedem_ft.toml").write_text(_spec(finetune_epochs=1).to_toml())
+    base = run(_spec(), root / "results" / "t" / "fedem", progress=False, plots=False)
+    direct = run(_spec(finetune_epochs=1), root / "direct", progress=False, plots=False)
+    return root, base, direct
+
+
+def test_the_variant_trains_bit_identically(runs):
+    _, base, direct = runs
+    assert [row["loss"] for row in base["history"]] == [row["loss"] for row in direct["history"]]
+    assert base["last_round"]["pi"] == direct["last_round"]["pi"]
+
+
+def test_the_script_reproduces_the_direct_run(runs):
+    root, base, direct = runs
+    script = _script()
+    assert script.main(["demo/t", "fedem", "fedem_ft", "--paper-dir", str(root / "paper"),
+                        "--results-dir", str(root / "results")]) == 0
+    written = json.loads((root / "results" / "t" / "fedem_ft" / "from_fedem.json").read_text())
+    (last,) = written["personalized_history"]
+    assert last["round"] == 2
+    np.testing.assert_allclose(last["accuracy"], direct["final_per_client"], atol=1e-6)
+    # Fine-tuning is what the variant adds: its accuracies are not plain FedEM's.
+    assert not np.allclose(last["accuracy"], base["final_per_client"])
+    assert written["command"] == "python benchmarks/evaluate_variant.py demo/t fedem fedem_ft"
+
+
+def test_a_variant_that_trains_differently_is_refused(runs, tmp_path):
+    root, _, _ = runs
+    table = tmp_path / "paper" / "demo" / "t"
+    table.mkdir(parents=True)
+    (table / "fedem.toml").write_text(_spec().to_toml())
+    (table / "faster.toml").write_text(_spec(finetune_epochs=1, lr=0.05).to_toml())
+    with pytest.raises(SystemExit, match="does not train as fedem: config.lr"):
+        _script().main(["demo/t", "fedem", "faster", "--paper-dir", str(tmp_path / "paper"),
+                        "--results-dir", str(root / "results")])
+
+
+def test_an_unfinished_base_run_is_refused(runs, tmp_path):
+    root, _, _ = runs
+    results = tmp_path / "results" / "t" / "fedem"
+    results.mkdir(parents=True)
+    (results / "results.json").write_text(json.dumps({"status": "running (1/2 rounds)"}))
+    with pytest.raises(SystemExit, match="not finished"):
+        _script().main(["demo/t", "fedem", "fedem_ft", "--paper-dir", str(root / "paper"),
+                        "--results-dir", str(tmp_path / "results")])
