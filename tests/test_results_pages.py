@@ -472,7 +472,8 @@ def test_readme_headline_scoreboard_is_current():
 
 def test_hypotheses_in_use_tables_agree_with_the_results_files():
     """Every "Hypotheses in use" row, recomputed from its results file: the hypothesis each client's lowest
-    loss picks (``last_round.cluster_losses``), the clients per hypothesis and their mean final accuracy."""
+    loss picks (``last_round.cluster_losses``; FedEM: its largest mixture weight, ``last_round.pi``), the
+    clients per hypothesis and their mean final accuracy."""
     for name in PAGES:
         tables = parse_tables((DOCS / name).read_text())
         sources = {r["src"]: r for t in tables if t["header"][0] == "src" for r in t["rows"]}
@@ -482,8 +483,12 @@ def test_hypotheses_in_use_tables_agree_with_the_results_files():
             for row in t["rows"]:
                 (path,) = [REPO / f.strip("`") for f in sources[row["src"]]["results file(s)"].split("<br>")]
                 data = json.loads(path.read_text())
-                losses = data["last_round"]["cluster_losses"]
-                picks = [row_losses.index(min(row_losses)) for row_losses in losses]
+                if "cluster_losses" in data["last_round"]:  # the hypothesis of lowest loss
+                    losses = data["last_round"]["cluster_losses"]
+                    picks = [row_losses.index(min(row_losses)) for row_losses in losses]
+                else:  # FedEM: the component of largest mixture weight
+                    losses = data["last_round"]["pi"]
+                    picks = [weights.index(max(weights)) for weights in losses]
                 k = len(losses[0])
                 members = [[c for c, h in zip(data["last_round"]["client_ids"], picks) if h == j] for j in range(k)]
                 assert row["hypotheses"] == str(k) and row["after round"] == str(data["rounds_completed"])
@@ -513,3 +518,52 @@ def test_hypotheses_in_use_names_a_lost_cluster(tmp_path):
     assert gen.cluster_use_rows([cell], section) == [["HypCluster (k=3)", "s1", "200", "3", "2, 0, 2", "75.00, —, 75.00"]]
     cell.values = [89.0]  # within 1.5 points: nothing to diagnose
     assert gen.cluster_use_rows([cell], section) == []
+
+
+def test_fedem_mixture_weights_fill_the_hypotheses_table(tmp_path):
+    """A FedEM run far from the paper is listed with each client at its component of largest weight."""
+    gen = _generator()
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"rounds_completed": 200, "final_per_client": [0.9, 0.8, 0.7],
+                                "last_round": {"client_ids": [0, 1, 2],
+                                               "pi": [[0.9, 0.1, 0.0], [0.2, 0.7, 0.1], [0.6, 0.3, 0.1]]}}))
+    cell = gen.Cell(gen.Row("FedEM (M=3)", (), "", ("p", "t", "s", "m", "acc")), "s1", [path], "", "",
+                    rounds=[200], planned=[200])
+    cell.paper, cell.values = 80.0, [82.0]
+    assert gen.cluster_use_rows([cell], gen.Section("demo", (), paper_rounds=200)) == [
+        ["FedEM (M=3)", "s1", "200", "3", "2, 1, 0", "80.00, 80.00, —"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) every counted cell far from the paper is diagnosed on its page
+# ---------------------------------------------------------------------------------------------
+
+def test_every_far_cell_is_diagnosed():
+    """The scoreboard's list of cells more than 1.5 points from the paper holds every such cell of the pages,
+    each with where its page diagnoses it."""
+    (far,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if t["header"][-1] == "diagnosed by"]
+    listed = {(row["page"].split("]")[0].lstrip("["), row["cell"], row["gap"]) for row in far["rows"]}
+    on_pages = set()
+    for name in PAGES:
+        for t in parse_tables((DOCS / name).read_text()):
+            if t["header"][:4] != ["method", "ours", "paper", "gap"]:
+                continue
+            for row in t["rows"]:
+                if row["counted"] == "yes" and abs(float(row["gap"])) > 1.5:
+                    on_pages.add((name, row["method"], row["gap"]))
+    assert listed == on_pages
+    undiagnosed = [row for row in far["rows"] if row["diagnosed by"] == "**not diagnosed**"]
+    assert not undiagnosed, f"far cells without a diagnosis on their page: {undiagnosed}"
+
+
+def test_a_far_cell_is_diagnosed_only_where_its_section_names_it(tmp_path):
+    gen = _generator()
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"rounds_completed": 200}))
+    cell = gen.Cell(gen.Row("FedAvg", (), "", ("p", "t", "s", "m", "acc")), "s1", [path], "", "",
+                    rounds=[200], planned=[200])
+    cell.paper, cell.values = 90.0, [85.0]
+    silent = gen.Section("demo", (), paper_rounds=200, note="LG-FedAvg and FedAvg-FT have flattened.")
+    named = gen.Section("demo", (), paper_rounds=200, note="**FedAvg** has flattened.")
+    assert gen.diagnosed_by(cell, silent, [cell]) == ""
+    assert gen.diagnosed_by(cell, named, [cell]) == "the section's note"
