@@ -3,15 +3,16 @@
     python benchmarks/evaluate_variant.py fedpac/table1_fmnist fedem__m_3 fedem_ft__m_3
 
 Some methods differ from another only in how a client is evaluated. FedEM-FT is FedEM whose clients
-fine-tune the mixture on their training split before they are scored. That fine-tuned mixture is thrown
-away, so the two runs train identically: ``finetune_epochs`` is read only by ``evaluate``, and
+fine-tune the mixture on their training split before they are scored; FedAvg-FT and kNN-Per are FedAvg
+with a fine-tuned or kNN-interpolated evaluation. What the evaluation builds is thrown away, so the runs
+train identically: those Config fields are read only by ``evaluate``, and
 ``tests/test_evaluate_variant.py`` checks that the training is bit-identical and that this script
 reproduces a direct run's accuracies. The variant's number after round t is therefore its own
 ``evaluate`` applied to the base run's state after round t, and a second 200-round training is not needed.
 
-The script reads both run files (``benchmarks/paper/<table>/<cell>.toml``). It refuses them unless they
-differ only in fields that ``EVALUATION_ONLY`` lists for their algorithm, or in how often they evaluate
-and checkpoint. It restores the base run's final checkpoint (``benchmarks/results/<table>/<base>/
+The script reads both run files (``benchmarks/paper/<table>/<cell>.toml``). It refuses them unless their
+algorithms are of one family (``FAMILIES``) and they differ only in fields that ``EVALUATION_ONLY`` lists
+for it, or in how often they evaluate and checkpoint. It restores the base run's final checkpoint (``benchmarks/results/<table>/<base>/
 checkpoints``, fingerprinted by the base run file) and swaps in the variant's Config. Then it evaluates
 every client and writes ``benchmarks/results/<table>/<variant>/from_<base>.json``, one per seed
 (``seed<k>/`` folders when the file lists several). ``benchmarks/results_pages.py`` reads that file.
@@ -28,9 +29,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# Config fields that only evaluation reads, per algorithm: two run files that differ only in these train
-# identically.
-EVALUATION_ONLY = {"fedem": frozenset({"finetune_epochs"})}
+# Algorithms that train alike, by family, and the Config fields that only their evaluation reads: two run
+# files of one family that differ only in these train identically. FedAvg-FT and kNN-Per are presets of
+# FedAvg's sharing rule that change only its evaluation.
+_SHARING_EVALUATION = frozenset({"finetune_epochs", "finetune_parts", "finetune_steps", "knn_lam", "knn_k",
+                                 "knn_scale"})
+FAMILIES = {"fedem": "fedem", "fedavg": "fedavg", "fedavg_ft": "fedavg", "knnper": "fedavg"}
+EVALUATION_ONLY = {"fedem": frozenset({"finetune_epochs"}), "fedavg": _SHARING_EVALUATION}
 # Run-file fields that change neither the training nor the final evaluation.
 SCHEDULE_ONLY = ("eval_every", "checkpoint_every", "execution")
 
@@ -50,14 +55,19 @@ def training_identical(base, variant) -> list[str]:
     []
     >>> training_identical(a, RunSpec("fedem", rounds=5, config={"lr": 0.1}).resolved())
     ['config.lr: 0.01 != 0.1']
+    >>> training_identical(RunSpec("fedavg").resolved(), RunSpec("knnper").resolved())
+    []
+    >>> training_identical(a, RunSpec("fedavg", rounds=5).resolved())
+    ['algorithm: fedem and fedavg do not train alike']
     """
-    if base.algorithm != variant.algorithm:
-        return [f"algorithm: {base.algorithm} != {variant.algorithm}"]
-    ignored = EVALUATION_ONLY.get(base.algorithm, frozenset())
+    family = FAMILIES.get(base.algorithm, base.algorithm)
+    if family != FAMILIES.get(variant.algorithm, variant.algorithm):
+        return [f"algorithm: {base.algorithm} and {variant.algorithm} do not train alike"]
+    ignored = EVALUATION_ONLY.get(family, frozenset())
     a, b = base.to_dict(), variant.to_dict()
     diffs = []
     for key in sorted(set(a) | set(b)):
-        if key in SCHEDULE_ONLY:
+        if key in SCHEDULE_ONLY or key == "algorithm":
             continue
         if key == "config":
             for field in sorted(set(a[key]) | set(b[key])):
@@ -94,7 +104,7 @@ def evaluate_from(base, variant, checkpoints: Path, seed: int) -> dict:
                               make_config(one.algorithm, one.config, one.execution))
     restored = checkpoint.restore(checkpoints, template, run=one.fingerprint(seed))
     state = restored.state.replace(config=make_config(variant.algorithm, variant.config, variant.execution))
-    accuracy = algorithm.evaluate(state, test, train)["accuracy"]
+    accuracy = REGISTRY[variant.algorithm].evaluate(state, test, train)["accuracy"]
     return {"round": int(restored.step), "accuracy": np.asarray(jax.device_get(accuracy), np.float64).tolist()}
 
 

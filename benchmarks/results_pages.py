@@ -1320,7 +1320,8 @@ SAME_ROUND_HEADER = ["shorter run", "src", "at round", "gap", "FedPAC then", "Fe
                      "FedPAC's later gain", "FedPAC src"]
 SAME_ROUND_EXPR = "100 * mean(personalized_history[round={round}].accuracy)"
 SAME_ROUND_TEXT = (
-    "**Same-round comparison.** Each counted shorter run more than 1.5 points from the paper, beside "
+    "**Same-round comparison.** Each counted shorter run or run in progress more than 1.5 points from the "
+    "paper, beside "
     "this section's FedPAC run read at the same round (`" + SAME_ROUND_EXPR + "` of FedPAC's results file) "
     "and at its last round: FedPAC's later gain is how much the run's length alone costs FedPAC here. A gap "
     "much wider than that gain is more than truncation: the method learns more slowly than FedPAC, or its "
@@ -1328,8 +1329,8 @@ SAME_ROUND_TEXT = (
 
 
 def same_round_rows(cells: list[Cell], section: Section) -> list[list[str]]:
-    """Rows of the same-round comparison: every counted, finished, single-length shorter run more than 1.5
-    points from the paper, against the section's complete one-file FedPAC run at the same round."""
+    """Rows of the same-round comparison: every counted single-length shorter run or run in progress more
+    than 1.5 points from the paper, against the section's complete one-file FedPAC run at the same round."""
     (fedpac, *_) = [c for c in cells if c.row.method == "FedPAC" and c.complete and len(c.files) == 1] or [None]
     if fedpac is None:
         return []
@@ -1338,7 +1339,8 @@ def same_round_rows(cells: list[Cell], section: Section) -> list[list[str]]:
     end = max(evaluated)
     rows = []
     for c in cells:
-        short = c.status.startswith("shorter run") and len(set(c.rounds)) == 1 and c.rounds[0] in evaluated
+        short = (c.status.startswith(("shorter run", "in progress")) and len(set(c.rounds)) == 1
+                 and c.rounds[0] in evaluated)
         if not (short and counted(c, section) and abs(c.gap) > 1.5):
             continue
         then, last = (evaluate(SAME_ROUND_EXPR.format(round=r), data) for r in (c.rounds[0], end))

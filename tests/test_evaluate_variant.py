@@ -82,3 +82,29 @@ def test_an_unfinished_base_run_is_refused(runs, tmp_path):
     with pytest.raises(SystemExit, match="not finished"):
         _script().main(["demo/t", "fedem", "fedem_ft", "--paper-dir", str(root / "paper"),
                         "--results-dir", str(tmp_path / "results")])
+
+
+AVG = dict(algorithm="fedavg", rounds=2, fraction=0.5, eval_every=1, checkpoint_every=1, config={"local_epochs": 1},
+           data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 4},
+           model={"name": "mlp", "hidden": [8]})
+
+
+@pytest.mark.parametrize("variant", ["fedavg_ft", "knnper"])
+def test_fedavg_presets_are_read_from_the_fedavg_run(tmp_path, variant):
+    """FedAvg-FT and kNN-Per train as FedAvg (here with half the clients sampled per round): read from
+    FedAvg's run, they reproduce their own direct runs."""
+    table = tmp_path / "paper" / "demo" / "t"
+    table.mkdir(parents=True)
+    base_spec = RunSpec.from_dict(AVG)
+    own = RunSpec.from_dict({**AVG, "algorithm": variant, "config": {"local_epochs": 1, "finetune_epochs": 1}
+                             if variant == "fedavg_ft" else {"local_epochs": 1}})
+    (table / "fedavg.toml").write_text(base_spec.to_toml())
+    (table / f"{variant}.toml").write_text(own.to_toml())
+    base = run(base_spec, tmp_path / "results" / "t" / "fedavg", progress=False, plots=False)
+    direct = run(own, tmp_path / "direct", progress=False, plots=False)
+    assert [row["loss"] for row in base["history"]] == [row["loss"] for row in direct["history"]]
+    assert _script().main(["demo/t", "fedavg", variant, "--paper-dir", str(tmp_path / "paper"),
+                           "--results-dir", str(tmp_path / "results")]) == 0
+    written = json.loads((tmp_path / "results" / "t" / variant / "from_fedavg.json").read_text())
+    np.testing.assert_allclose(written["personalized_history"][-1]["accuracy"], direct["final_per_client"], atol=1e-6)
+    assert not np.allclose(written["personalized_history"][-1]["accuracy"], base["final_per_client"])
