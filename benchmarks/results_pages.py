@@ -207,8 +207,11 @@ APFL_T1_DIAGNOSIS = (
     "run: its curve (`rounds.csv` in its folder) gains 0.8 points from round 110 to 200 and 0.1 over the last "
     "20. Its rule matches the spec (`docs/algorithms/personal.md`): FedPAC's Appendix B.3 fixes alpha = 0.25, "
     "which we read, as APFL's paper writes it, as the personal model's share of the mixture. The appendix does "
-    "not say which model alpha weighs, and the paper's baselines are not released; the diagnosis section "
-    "\"APFL: which model alpha weighs\" below runs the other reading, alpha = 0.75.")
+    "not say which model alpha weighs, and the paper's baselines are not released. The diagnosis section "
+    "\"APFL: which model alpha weighs\" below runs the other reading, alpha = 0.75, and it ends further from "
+    "the paper, so the reading of alpha is not the gap. Our APFL keeps alpha fixed, as FedPAC tuned it; APFL's "
+    "own adaptive update of alpha, which the appendix does not mention, is the one part of the method we do "
+    "not run (`docs/algorithms/personal.md`).")
 
 FEDPAC_TABLE1 = Page(
     slug="fedpac_table1",
@@ -1278,6 +1281,8 @@ def ordering_text(cells: list[Cell], section: Section) -> str:
         return "**Ordering:** no paper numbers in this section."
     if len(both) < 2:
         return "**Ordering:** fewer than two methods have both numbers; nothing to compare yet."
+    if len({c.paper for c in both}) == 1:  # a diagnosis: one paper cell under several settings
+        return "**Ordering:** every row here has the same paper number; there is no order of methods to check."
     rounds = {r for c in both for r in c.rounds}
     if section.same_round:
         compared, scope = both, f"all {len(both)} methods, at the same round"
