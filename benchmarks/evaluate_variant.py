@@ -12,8 +12,9 @@ reproduces a direct run's accuracies. The variant's number after round t is ther
 
 The script reads both run files (``benchmarks/paper/<table>/<cell>.toml``). It refuses them unless their
 algorithms are of one family (``FAMILIES``) and they differ only in fields that ``EVALUATION_ONLY`` lists
-for it, or in how often they evaluate and checkpoint. It restores the base run's final checkpoint (``benchmarks/results/<table>/<base>/
-checkpoints``, fingerprinted by the base run file) and swaps in the variant's Config. Then it evaluates
+for it, or in how often they evaluate and checkpoint. It restores the base run's final checkpoint
+(``benchmarks/results/<table>/<base>/checkpoints``, fingerprinted by the base run file) and swaps in the
+variant's Config. Then it evaluates
 every client and writes ``benchmarks/results/<table>/<variant>/from_<base>.json``, one per seed
 (``seed<k>/`` folders when the file lists several). ``benchmarks/results_pages.py`` reads that file.
 """
@@ -108,6 +109,11 @@ def evaluate_from(base, variant, checkpoints: Path, seed: int) -> dict:
     return {"round": int(restored.step), "accuracy": np.asarray(jax.device_get(accuracy), np.float64).tolist()}
 
 
+def _relative(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it (as committed files name it)."""
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     from pflax.experiment import RunSpec
 
@@ -138,22 +144,22 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(f"{source}/checkpoints: latest round {measured['round']}, not the run's last ({base.rounds})")
         out = args.results_dir / table / args.variant / sub
         out.mkdir(parents=True, exist_ok=True)
-        relative = lambda p: p.relative_to(REPO).as_posix() if p.is_relative_to(REPO) else str(p)
         result = {
             "method": args.variant,
             "seed": seed,
             "evaluated_model": f"pflax.algorithms.{variant.algorithm}.evaluate with the Config of "
-                               f"{relative(folder / (args.variant + '.toml'))}, applied to the state after the last "
-                               f"round of the run of {relative(folder / (args.base + '.toml'))}, on each client's "
+                               f"{_relative(folder / (args.variant + '.toml'))}, applied to the state after the last "
+                               f"round of the run of {_relative(folder / (args.base + '.toml'))}, on each client's "
                                "own test split",
-            "source_run": relative(source / "results.json"),
+            "source_run": _relative(source / "results.json"),
             "command": f"python benchmarks/evaluate_variant.py {args.table} {args.base} {args.variant}",
             "personalized_history": [measured],
         }
         path = out / f"from_{args.base}.json"
         path.write_text(json.dumps(result, indent=1))
         mean = 100 * sum(measured["accuracy"]) / len(measured["accuracy"])
-        print(f"{args.variant} (seed {seed}) from {args.base}'s round {measured['round']}: {mean:.2f} % -> {relative(path)}")
+        print(f"{args.variant} (seed {seed}) from {args.base}'s round {measured['round']}: {mean:.2f} % "
+              f"-> {_relative(path)}")
     return 0
 
 

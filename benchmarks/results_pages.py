@@ -139,9 +139,9 @@ LAST_EVAL = "100 * mean(personalized_history[-1].accuracy)"
 
 def _fedpac_t1(setting: str, rows: list[tuple]) -> tuple[Row, ...]:
     """Rows of FedPAC Table 1/4 from (label, folder, kind[, run file or missing]); the paper cell is (label,
-    setting). ``kind`` is ``"pflax"`` (the folder's results.json), ``"fedavg_eval"`` (its from_fedavg.json,
-    of ``benchmarks/fedavg_family_eval.py``) or ``"from_<cell>"`` (its from_<cell>.json, of
-    ``benchmarks/evaluate_variant.py``). The optional fourth entry is the run file (under
+    setting). ``kind`` is ``"pflax"`` (the folder's results.json) or ``"from_<cell>"``: the folder's
+    from_<cell>.json, an evaluation on another cell's run (``from_fedavg.json`` of
+    ``benchmarks/fedavg_family_eval.py``, the others of ``benchmarks/evaluate_variant.py``). The optional fourth entry is the run file (under
     ``benchmarks/paper/``, ending in ``.toml``) or, for a cell pflax cannot express, why not."""
     out = []
     for label, folder, kind, *more in rows:
@@ -149,9 +149,8 @@ def _fedpac_t1(setting: str, rows: list[tuple]) -> tuple[Row, ...]:
         extra = {}
         if more:
             extra = {"run_file": more[0]} if more[0].endswith(".toml") else {"missing": more[0]}
-        if kind == "fedavg_eval" or kind.startswith("from_"):  # evaluated on another cell's run
-            name = "from_fedavg" if kind == "fedavg_eval" else kind
-            out.append(Row(label, (f"{folder}/{name}.json",), LAST_EVAL, ("FedPAC", table, setting, label, "acc"),
+        if kind.startswith("from_"):  # evaluated on another cell's run
+            out.append(Row(label, (f"{folder}/{kind}.json",), LAST_EVAL, ("FedPAC", table, setting, label, "acc"),
                            kind="fedavg_eval", **extra))
         else:
             out.append(Row(label, (folder,), FINAL, ("FedPAC", table, setting, label, "acc"), **extra))
@@ -233,13 +232,13 @@ FEDPAC_TABLE1 = Page(
         Section("20 clients, full participation", _fedpac_t1(FMNIST20, [
             ("Local-only", "table1_fmnist/local_only", "pflax"),
             ("FedAvg", "table1_fmnist/fedavg", "pflax"),
-            ("FedAvg-FT", "table1_fmnist/fedavg_ft", "fedavg_eval"),
+            ("FedAvg-FT", "table1_fmnist/fedavg_ft", "from_fedavg"),
             ("FedPer", "table1_fmnist/fedper", "pflax"),
             ("LG-FedAvg", "table1_fmnist/lg_fedavg", "pflax"),
             ("FedRep", "table1_fmnist/fedrep", "pflax"),
             ("FedBABU", "table1_fmnist/fedbabu", "pflax"),
             ("Fed-RoD", "table1_fmnist/fed_rod", "pflax"),
-            ("kNN-Per", "table1_fmnist/knn_per", "fedavg_eval"),
+            ("kNN-Per", "table1_fmnist/knn_per", "from_fedavg"),
             ("APFL", "table1_fmnist/apfl", "pflax"),
             ("pFedMe", "table1_fmnist/pfedme", "pflax"),
             ("Ditto", "table1_fmnist/ditto", "pflax"),
@@ -341,8 +340,9 @@ FEDEM_T4_DIAGNOSIS = (
     "components split the five label groups 3 + 1 + 1, each group whole. It then lands where a clustered model "
     "that keeps its clusters does: the paper's HypCluster (k=3) is 88.63, ours 88.59. The paper's FedEM sits "
     "0.7 points above its FedAvg, about what one would expect had its mixture weights stayed spread (a "
-    "mixture of near-global models); the paper reports no weights and its baselines' code is not released, so whose weights differ is not measured. FedEM-FT "
-    "fine-tunes the same mixture and is within a point of the paper.")
+    "mixture of near-global models); the paper reports no weights and its baselines' code is not released, "
+    "so whose weights differ is not measured. FedEM-FT fine-tunes the same mixture and is within a point of "
+    "the paper.")
 
 FEDPAC_TABLE4 = Page(
     slug="fedpac_table4",
@@ -797,8 +797,8 @@ FEDPICK_TABLE2 = Page(
 WO_LCE_DIAGNOSIS = (
     "**w/o L_lce**, the one cell more than 1.5 points from the paper, is a truncated run: its MNIST curve "
     "(`accuracy_curve` in the files) still climbs 3 to 4 points every 5 rounds at round 30 (7 over the last "
-    "10), where FedPick, FedBN and every other ablation gain at most a point over those 10 rounds. Without L_lce the personal classifier "
-    "learns only through the distillation term from the global one, while its logits are added to the "
+    "10), where FedPick, FedBN and every other ablation gain at most a point over those 10 rounds. Without "
+    "L_lce the personal classifier learns only through the distillation term from the global one, while its logits are added to the "
     "prediction from the first round, so the ensemble starts noisy and catches up slowly. The paper's 300 "
     "rounds leave it the time our 30 do not.")
 
@@ -1319,6 +1319,7 @@ def fmt(value: float | None) -> str:
     return DASH if value is None else f"{value:.2f}"
 
 
+FAR = 1.5  # points from the paper beyond which a counted cell must be diagnosed on its page
 # Heads a diagnosis section's text (Section.diagnosis); tests/test_results_pages.py looks for it.
 DIAGNOSIS_MARK = "Not counted in the scoreboard, nor in its totals of cells not run and of time to go"
 SAME_ROUND_HEADER = ["shorter run", "src", "at round", "gap", "FedPAC then", "FedPAC at the end",
@@ -1346,7 +1347,7 @@ def same_round_rows(cells: list[Cell], section: Section) -> list[list[str]]:
     for c in cells:
         short = (c.status.startswith(("shorter run", "in progress")) and len(set(c.rounds)) == 1
                  and c.rounds[0] in evaluated)
-        if not (short and counted(c, section) and abs(c.gap) > 1.5):
+        if not (short and counted(c, section) and abs(c.gap) > FAR):
             continue
         then, last = (evaluate(SAME_ROUND_EXPR.format(round=r), data) for r in (c.rounds[0], end))
         rows.append([c.row.method, c.ref, str(c.rounds[0]), f"{c.gap:+.2f}", fmt(then), fmt(last),
@@ -1369,7 +1370,7 @@ def cluster_use_rows(cells: list[Cell], section: Section) -> list[list[str]]:
     mixture weights) whose gap to the paper is over 1.5 points."""
     rows = []
     for c in cells:
-        if not (counted(c, section) and abs(c.gap) > 1.5 and len(c.files) == 1):
+        if not (counted(c, section) and abs(c.gap) > FAR and len(c.files) == 1):
             continue
         data = json.loads(c.files[0].read_text())
         last = data.get("last_round") or {}
@@ -1540,9 +1541,6 @@ def score(rendered: RenderedPage) -> dict[str, int]:
     return s
 
 
-FAR = 1.5  # points from the paper beyond which a counted cell must be diagnosed on its page
-
-
 def names_method(note: str, method: str) -> bool:
     """Whether ``note`` names ``method`` as a word of its own ("FedAvg" is not named by "LG-FedAvg").
 
@@ -1552,17 +1550,18 @@ def names_method(note: str, method: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(method)}(?![\w-])", note) is not None
 
 
-def diagnosed_by(cell: Cell, section: Section, cells: list[Cell]) -> str:
-    """Where the page diagnoses a counted cell more than ``FAR`` points from the paper: its section's
-    same-round comparison or hypotheses-in-use table, or its section's note when that names the method;
-    empty when none does."""
-    if any(row[1] == cell.ref for row in same_round_rows(cells, section)):
-        return "same-round comparison with FedPAC"
-    if any(row[1] == cell.ref for row in cluster_use_rows(cells, section)):
-        return "hypotheses in use"
-    if names_method(section.note, cell.row.method):
-        return "the section's note"
-    return ""
+def far_and_diagnosed(section: Section, cells: list[Cell]) -> list[tuple[Cell, str]]:
+    """The section's counted cells more than ``FAR`` points from the paper, each with where the page diagnoses
+    it: the section's same-round comparison or hypotheses-in-use table, or its note when that names the
+    method; empty when none does."""
+    far = [c for c in cells if counted(c, section) and abs(round(c.gap, 2)) > FAR]
+    if not far:
+        return []
+    where = {row[1]: "same-round comparison with FedPAC" for row in same_round_rows(cells, section)}
+    for row in cluster_use_rows(cells, section):
+        where.setdefault(row[1], "hypotheses in use")
+    return [(c, where.get(c.ref) or ("the section's note" if names_method(section.note, c.row.method) else ""))
+            for c in far]
 
 
 def far_cells(rendered: list[RenderedPage]) -> list[list[str]]:
@@ -1571,11 +1570,9 @@ def far_cells(rendered: list[RenderedPage]) -> list[list[str]]:
     rows = []
     for r in rendered:
         for section, cells in r.sections:
-            for c in cells:
-                if counted(c, section) and abs(round(c.gap, 2)) > FAR:
-                    rows.append([c.row.method, f"[{r.page.slug}.md]({r.page.slug}.md)", section.title,
-                                 f"{c.gap:+.2f}", fmt_rounds(c, section),
-                                 diagnosed_by(c, section, cells) or "**not diagnosed**"])
+            for c, where in far_and_diagnosed(section, cells):
+                rows.append([c.row.method, f"[{r.page.slug}.md]({r.page.slug}.md)", section.title,
+                             f"{c.gap:+.2f}", fmt_rounds(c, section), where or "**not diagnosed**"])
     return rows
 
 

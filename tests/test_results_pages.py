@@ -565,5 +565,5 @@ def test_a_far_cell_is_diagnosed_only_where_its_section_names_it(tmp_path):
     cell.paper, cell.values = 90.0, [85.0]
     silent = gen.Section("demo", (), paper_rounds=200, note="LG-FedAvg and FedAvg-FT have flattened.")
     named = gen.Section("demo", (), paper_rounds=200, note="**FedAvg** has flattened.")
-    assert gen.diagnosed_by(cell, silent, [cell]) == ""
-    assert gen.diagnosed_by(cell, named, [cell]) == "the section's note"
+    assert gen.far_and_diagnosed(silent, [cell]) == [(cell, "")]
+    assert gen.far_and_diagnosed(named, [cell]) == [(cell, "the section's note")]
