@@ -62,7 +62,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-__all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "make_config", "make_model",
+__all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "finished_result", "make_config", "make_model",
            "plot_weights", "tensorboard_writer", "restrict", "MODELS"]
 
 MODELS = {
@@ -1099,12 +1099,55 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[d
     return result
 
 
-def run_all(spec: RunSpec, out: str | os.PathLike, **options: Any) -> list[dict]:
+def finished_result(spec: RunSpec, out: str | os.PathLike) -> Optional[dict]:
+    """The results in ``out`` when they are a finished run of ``spec`` (one seed), else None.
+
+    A run counts as this one when its ``results.json`` says finished and its recorded run has the same
+    fingerprint (:meth:`RunSpec.fingerprint`: everything that changes the computation) and the same number
+    of rounds. Results written before run files recorded their run are never taken for it.
+
+    Args:
+      spec: the run, with one seed.
+      out: its results folder.
+
+    Returns:
+      The content of ``out/results.json``, or None.
+
+    >>> import tempfile
+    >>> spec = RunSpec("fedavg", rounds=1, config={"local_epochs": 1}, data={"train_per_client": 20,
+    ...                "test_per_client": 20}, partition={"clients": 2}, model={"name": "mlp", "hidden": [8]})
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = run(spec, d, progress=False, plots=False)
+    ...     same = finished_result(spec, d) is not None
+    ...     longer = finished_result(dataclasses.replace(spec, rounds=2), d) is not None
+    >>> same, longer
+    (True, False)
+    """
+    path = Path(out) / "results.json"
+    if not path.exists():
+        return None
+    result = json.loads(path.read_text())
+    if result.get("status") != "finished" or not isinstance(result.get("run"), dict):
+        return None
+    try:
+        recorded = RunSpec.from_dict(result["run"]).resolved()
+    except RunError:
+        return None
+    seed = spec.seeds[0]
+    wanted = spec.resolved()
+    if recorded.rounds != wanted.rounds or recorded.fingerprint(seed) != wanted.fingerprint(seed):
+        return None
+    return result
+
+
+def run_all(spec: RunSpec, out: str | os.PathLike, *, skip_finished: bool = False, **options: Any) -> list[dict]:
     """Every seed of a run file: one seed into ``out``, several into ``out/seed<k>/``.
 
     Args:
       spec: the run.
       out: the results folder.
+      skip_finished: leave a seed whose folder already holds its finished run (:func:`finished_result`)
+        as it is, and return those results, instead of training it again (its checkpoints may be gone).
       **options: :func:`run`'s keyword options. With ``resume=True`` and several seeds, the seeds that
         have checkpoints continue from them and the others start afresh.
 
@@ -1118,12 +1161,16 @@ def run_all(spec: RunSpec, out: str | os.PathLike, **options: Any) -> list[dict]
     """
     spec.check()
     if len(spec.seeds) == 1:
-        return [run(spec, out, **options)]
+        done = finished_result(spec, out) if skip_finished else None
+        return [done if done is not None else run(spec, out, **options)]
     logdir = options.pop("logdir", None)
     resume = options.pop("resume", False)
     results = []
     for s in spec.seeds:
         seed_out = Path(out) / f"seed{s}"
-        results.append(run(dataclasses.replace(spec, seeds=(s,)), seed_out, resume=_resumable(resume, seed_out),
+        one = dataclasses.replace(spec, seeds=(s,))
+        done = finished_result(one, seed_out) if skip_finished else None
+        results.append(done if done is not None else
+                       run(one, seed_out, resume=_resumable(resume, seed_out),
                            logdir=None if logdir is None else Path(logdir) / f"seed{s}", **options))
     return results

@@ -10,7 +10,7 @@ mismatch is). State leaves are compared as a multiset of digests, so moving a tr
 (a new layout) is allowed while changing any value is not.
 
 Record again (only for a deliberate, documented change, which replaces every recording):
-``python tests/golden_trajectories.py``. Add this machine's recording (only when the code is unchanged since
+``python tests/golden_trajectories.py --record``. Add this machine's recording (only when the code is unchanged since
 a recording that replayed bit for bit, and the replay fails only because the CPU differs):
 ``python tests/golden_trajectories.py --add-machine``.
 """
@@ -159,10 +159,25 @@ def replay(names=None) -> dict:
     return out
 
 
-if __name__ == "__main__":
-    import sys
+def main(argv: list[str] | None = None) -> int:
+    """The command line: one explicit action, so that a stray argument (``--help`` included) never rewrites
+    GOLDEN."""
+    import argparse
 
-    if len(sys.argv) == 3 and sys.argv[1] == "--replay":  # python golden_trajectories.py --replay OUT.json
-        Path(sys.argv[2]).write_text(json.dumps(replay()))
+    parser = argparse.ArgumentParser(description="Record or replay the golden trajectories.")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--record", action="store_true",
+                        help="replace every recording with this machine's (a deliberate, documented change only)")
+    action.add_argument("--add-machine", action="store_true",
+                        help="add this machine's recording beside those of other kinds of CPU")
+    action.add_argument("--replay", type=Path, metavar="OUT.json", help="write today's trajectories to OUT.json")
+    args = parser.parse_args(argv)
+    if args.replay:
+        args.replay.write_text(json.dumps(replay()))
     else:
-        record(add_machine="--add-machine" in sys.argv)
+        record(add_machine=args.add_machine)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

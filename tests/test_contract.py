@@ -126,3 +126,14 @@ def test_trajectory_is_bit_identical(name, runs):
     where = "this machine's recording" if this else f"the last recording (none is of this CPU: {golden.machine()})"
     problems = _differences(actual, (this or RECORDINGS)[-1]["algorithms"][name])
     assert not problems, f"against {where}: " + problems[0]
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"], ["--add-machine", "--record"], ["--recrod"]])
+def test_the_golden_script_never_records_by_accident(argv, monkeypatch):
+    """Only ``--record`` or ``--add-machine`` rewrite the recordings: no argument, ``--help``, two actions or
+    a misspelt one stop before anything is replayed."""
+    monkeypatch.setattr(golden, "record", lambda add_machine=False: pytest.fail("recorded"))
+    monkeypatch.setattr(golden, "replay", lambda names=None: pytest.fail("replayed"))
+    with pytest.raises(SystemExit) as stopped:
+        golden.main(argv)
+    assert stopped.value.code == (0 if argv == ["--help"] else 2)

@@ -160,3 +160,53 @@ def test_run_table_goes_on_to_the_next_cell_when_one_diverges(tmp_path, monkeypa
     assert run_table.main(["demo/table9_demo", "--quiet"]) == 0
     assert ran == ["first", "second"]
     assert "first stopped: round 0 produced NaN/Inf" in capsys.readouterr().out
+
+
+def test_run_table_leaves_finished_seeds_alone(tmp_path, monkeypatch, capsys):
+    """A finished seed is not trained again, even without its checkpoints (lost with a machine, never
+    committed): only the missing seeds run, a finished cell is skipped, ``--rerun`` trains everything, and a
+    run file changed in anything that changes the computation no longer counts as finished."""
+    from pflax import experiment
+    from pflax.experiment import RunSpec
+
+    run_table = _run_table()
+    table = tmp_path / "paper" / "demo" / "table9_demo"
+    table.mkdir(parents=True)
+    spec = RunSpec.from_dict(dict(algorithm="fedavg", seeds=[0, 1], rounds=1, config={"local_epochs": 1},
+                                  data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 2},
+                                  model={"name": "mlp", "hidden": [8]}))
+    (table / "cell.toml").write_text(spec.to_toml())
+    cell = tmp_path / "results" / "table9_demo" / "cell"
+    experiment.run(RunSpec.from_dict({**spec.to_dict(), "seeds": [0]}), cell / "seed0", progress=False, plots=False)
+    shutil.rmtree(cell / "seed0" / "checkpoints")
+    seed0 = (cell / "seed0" / "results.json").read_text()
+
+    trained = []
+    real_run = experiment.run
+
+    def counting_run(one, out, **options):
+        trained.append(one.seeds[0])
+        return real_run(one, out, **{**options, "plots": False})
+
+    monkeypatch.setattr(experiment, "run", counting_run)
+    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
+    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run_table, "REPO", tmp_path)
+    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+
+    assert run_table.main(["demo/table9_demo", "--quiet"]) == 0
+    assert trained == [1]
+    assert (cell / "seed0" / "results.json").read_text() == seed0
+    assert "(seeds 0 finished)" in capsys.readouterr().out
+
+    assert run_table.main(["demo/table9_demo", "--quiet"]) == 0
+    assert trained == [1]
+    assert "finished; --rerun trains it again" in capsys.readouterr().out
+
+    assert run_table.main(["demo/table9_demo", "--quiet", "--rerun"]) == 0
+    assert trained == [1, 0, 1]
+
+    changed = RunSpec.from_dict({**spec.to_dict(), "config": {"local_epochs": 1, "lr": 0.05}})
+    (table / "cell.toml").write_text(changed.to_toml())
+    assert run_table.finished_seeds(changed, cell) == []
+    assert run_table.finished_seeds(spec, cell) == [0, 1]

@@ -8,7 +8,9 @@ A table is a folder ``benchmarks/paper/<paper>/<table>/`` of run files, one per 
 (``<cell>.toml``, read by :class:`pflax.experiment.RunSpec`); ``order.txt`` beside them, when present,
 gives the order in which the cells run. Cell ``<cell>`` writes to ``benchmarks/results/<table>/<cell>/``
 (one ``seed<k>/`` folder per seed when a file lists several) and is resumed from its checkpoints
-when it has some, so the command can be stopped and started again at will. While a run is unfinished
+when it has some, so the command can be stopped and started again at will; a seed whose finished run is
+already there (the same run file's fingerprint and rounds) is left alone, checkpoints or not, unless
+``--rerun`` is given. While a run is unfinished
 its latest checkpoint is also kept as one file, ``checkpoint.tar.gz`` in its results folder: committed
 with the results, it lets a fresh clone on another machine resume the run (checkpoint folders are not
 committed). Run files name their data folder as ``data_dir = "${PFLAX_DATASETS}"``; this script sets ``PFLAX_DATASETS`` to
@@ -18,13 +20,14 @@ results pages (``benchmarks/results_pages.py``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from pflax.experiment import PACKED_CHECKPOINT, Diverged, RunError, RunSpec, run_all
+from pflax.experiment import PACKED_CHECKPOINT, Diverged, RunError, RunSpec, finished_result, run_all
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "benchmarks" / "paper"
@@ -65,12 +68,22 @@ def pack_unfinished(out: Path) -> list[tuple[Path, int]]:
     return packed
 
 
+def finished_seeds(spec: RunSpec, out: Path) -> list[int]:
+    """The seeds of a cell whose finished runs are in its folder (``pflax.experiment.finished_result``)."""
+    if len(spec.seeds) == 1:
+        return list(spec.seeds) if finished_result(spec, out) is not None else []
+    return [s for s in spec.seeds if finished_result(dataclasses.replace(spec, seeds=(s,)), out / f"seed{s}")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("table", nargs="?", help="<paper>/<table>, a folder under benchmarks/paper/")
     parser.add_argument("only", nargs="*", help="run only these cells")
     parser.add_argument("--list", action="store_true", help="list the tables and their cells")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--rerun", action="store_true",
+                        help="train again the seeds whose finished runs are already there (by default they are "
+                             "left as they are, even without checkpoints)")
     parser.add_argument("--pack", action="store_true",
                         help="only pack the latest checkpoint of each unfinished run into its checkpoint.tar.gz "
                              "(for runs started without packing), then stop")
@@ -92,10 +105,20 @@ def main(argv: list[str] | None = None) -> int:
             for folder, step in pack_unfinished(out):
                 print(f"{folder.relative_to(REPO)}: packed round {step}", flush=True)
             continue
-        resume = has_checkpoint(out)
-        print(f"{run_file.relative_to(REPO)} -> {out.relative_to(REPO)}" + (" (resuming)" if resume else ""), flush=True)
         try:
-            run_all(RunSpec.from_file(run_file), out, resume=resume, progress=not args.quiet, pack=True,
+            spec = RunSpec.from_file(run_file)
+            done = [] if args.rerun else finished_seeds(spec, out)
+        except RunError as err:
+            print(f"{run_file.relative_to(REPO)}: {err}", flush=True)
+            continue
+        resume = has_checkpoint(out)
+        state = (" (finished; --rerun trains it again)" if len(done) == len(spec.seeds)
+                 else f" (seeds {', '.join(map(str, done))} finished)" if done else " (resuming)" if resume else "")
+        print(f"{run_file.relative_to(REPO)} -> {out.relative_to(REPO)}{state}", flush=True)
+        if len(done) == len(spec.seeds):
+            continue
+        try:
+            run_all(spec, out, skip_finished=not args.rerun, resume=resume, progress=not args.quiet, pack=True,
                     command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
         except (RunError, Diverged) as err:  # one cell's failure does not stop the table's other cells
             print(f"  {run_file.stem} stopped: {err}", flush=True)
