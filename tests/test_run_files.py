@@ -210,3 +210,8 @@ def test_run_table_leaves_finished_seeds_alone(tmp_path, monkeypatch, capsys):
     (table / "cell.toml").write_text(changed.to_toml())
     assert run_table.finished_seeds(changed, cell) == []
     assert run_table.finished_seeds(spec, cell) == [0, 1]
+    # A seed read from another cell's run (benchmarks/evaluate_variant.py) is not trained either.
+    (cell / "seed0" / "results.json").unlink()
+    assert run_table.finished_seeds(spec, cell) == [1]
+    (cell / "seed0" / "from_base.json").write_text("{}")
+    assert run_table.finished_seeds(spec, cell) == [0, 1]

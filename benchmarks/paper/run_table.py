@@ -9,8 +9,8 @@ A table is a folder ``benchmarks/paper/<paper>/<table>/`` of run files, one per 
 gives the order in which the cells run. Cell ``<cell>`` writes to ``benchmarks/results/<table>/<cell>/``
 (one ``seed<k>/`` folder per seed when a file lists several) and is resumed from its checkpoints
 when it has some, so the command can be stopped and started again at will; a seed whose finished run is
-already there (the same run file's fingerprint and rounds) is left alone, checkpoints or not, unless
-``--rerun`` is given. While a run is unfinished
+already there (the same run file's fingerprint and rounds), or read from another cell's run
+(``benchmarks/evaluate_variant.py``), is left alone, checkpoints or not, unless ``--rerun`` is given. While a run is unfinished
 its latest checkpoint is also kept as one file, ``checkpoint.tar.gz`` in its results folder: committed
 with the results, it lets a fresh clone on another machine resume the run (checkpoint folders are not
 committed). Run files name their data folder as ``data_dir = "${PFLAX_DATASETS}"``; this script sets ``PFLAX_DATASETS`` to
@@ -69,10 +69,16 @@ def pack_unfinished(out: Path) -> list[tuple[Path, int]]:
 
 
 def finished_seeds(spec: RunSpec, out: Path) -> list[int]:
-    """The seeds of a cell whose finished runs are in its folder (``pflax.experiment.finished_result``)."""
+    """The seeds of a cell whose results are in its folder: a finished run of the run file
+    (``pflax.experiment.finished_result``), or the cell read from another cell's finished run
+    (``from_<cell>.json`` of ``benchmarks/evaluate_variant.py``), which training it would only repeat."""
+    def done(seed: int, folder: Path) -> bool:
+        return (any(folder.glob("from_*.json"))
+                or finished_result(dataclasses.replace(spec, seeds=(seed,)), folder) is not None)
+
     if len(spec.seeds) == 1:
-        return list(spec.seeds) if finished_result(spec, out) is not None else []
-    return [s for s in spec.seeds if finished_result(dataclasses.replace(spec, seeds=(s,)), out / f"seed{s}")]
+        return list(spec.seeds) if done(spec.seeds[0], out) else []
+    return [s for s in spec.seeds if done(s, out / f"seed{s}")]
 
 
 def main(argv: list[str] | None = None) -> int:
