@@ -95,17 +95,13 @@ def evaluate_from(base, variant, checkpoints: Path, seed: int) -> dict:
 
     from pflax import checkpoint
     from pflax.algorithms import REGISTRY
-    from pflax.experiment import _load_data, make_config, make_model
+    from pflax.experiment import build, make_config
 
     one = dataclasses.replace(base, seeds=(seed,))
-    algorithm = REGISTRY[one.algorithm]
-    _, num_classes, train, test = _load_data(one)
-    model = make_model(one.model, tuple(train.x.shape[2:]), num_classes)
-    template = algorithm.init(jax.random.PRNGKey(seed), model, train.x[0], train.num_clients,
-                              make_config(one.algorithm, one.config, one.execution))
-    restored = checkpoint.restore(checkpoints, template, run=one.fingerprint(seed))
+    start = build(one)
+    restored = checkpoint.restore(checkpoints, start.state, run=one.fingerprint(seed))
     state = restored.state.replace(config=make_config(variant.algorithm, variant.config, variant.execution))
-    accuracy = REGISTRY[variant.algorithm].evaluate(state, test, train)["accuracy"]
+    accuracy = REGISTRY[variant.algorithm].evaluate(state, start.test, start.train)["accuracy"]
     return {"round": int(restored.step), "accuracy": np.asarray(jax.device_get(accuracy), np.float64).tolist()}
 
 

@@ -58,12 +58,12 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "finished_result", "make_config", "make_model",
-           "plot_weights", "tensorboard_writer", "restrict", "MODELS"]
+__all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "finished_result", "build", "Built",
+           "make_config", "make_model", "plot_weights", "tensorboard_writer", "restrict", "MODELS"]
 
 MODELS = {
     "cnn": "FedPAC's CNN (2 conv + 2 dense; the CIFAR variant for 3-channel images)",
@@ -822,10 +822,7 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     >>> result["status"], result["rounds_completed"], len(result["final_per_client"])
     ('finished', 1, 2)
     """
-    import jax
-
     from . import checkpoint
-    from .algorithms import REGISTRY
     from .data import DataError
     from .data.partition import dominant_groups
     from .metrics import summarize
@@ -845,13 +842,7 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
         return _run_coalitions(spec, out, **options)
     seed = spec.seeds[0]
     t_start = time.time()
-    algorithm = REGISTRY[spec.algorithm]
-    dataset, num_classes, train, test = _load_data(spec)
-    if spec.members is not None:
-        train, test = restrict(train, spec.members), restrict(test, spec.members)
-    model = make_model(spec.model, tuple(train.x.shape[2:]), num_classes)
-    config = make_config(spec.algorithm, spec.config, spec.execution)
-    state = algorithm.init(jax.random.PRNGKey(seed), model, train.x[0], train.num_clients, config)
+    algorithm, dataset, num_classes, train, test, model, config, state = build(spec)
     try:
         algorithm.check_inputs(state, train, test)
     except DataError as err:
@@ -968,6 +959,53 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
         if close is not None:
             close()
     return result
+
+
+class Built(NamedTuple):
+    """What a one-seed run starts from (:func:`build`)."""
+    algorithm: Any  # the registry module (pflax.algorithms.REGISTRY[spec.algorithm])
+    dataset: str
+    num_classes: int
+    train: Any  # pflax.data.ClientData
+    test: Any
+    model: Any  # the flax module
+    config: Any  # the algorithm's Config
+    state: Any  # its state after init, before round 1
+
+
+def build(spec: RunSpec) -> Built:
+    """The algorithm, data, model, Config and initial state of a one-seed run, as :func:`run` starts it.
+
+    A script that evaluates a run's checkpoint (``benchmarks/evaluate_variant.py``) restores it into this
+    state, which has the checkpoint's structure.
+
+    Args:
+      spec: a run with one seed and no coalitions (resolved here).
+
+    Returns:
+      A :class:`Built`.
+
+    >>> spec = RunSpec("fedavg", config={"local_epochs": 1}, data={"train_per_client": 20,
+    ...                "test_per_client": 20}, partition={"clients": 3}, model={"name": "mlp", "hidden": [8]})
+    >>> built = build(spec)
+    >>> built.train.num_clients, built.config.local_epochs, int(built.state.round)
+    (3, 1, 0)
+    """
+    import jax
+
+    from .algorithms import REGISTRY
+
+    spec = spec.resolved()
+    if len(spec.seeds) != 1 or spec.coalitions is not None or spec.structure is not None:
+        raise RunError("build() takes a run with one seed and no coalitions or structure")
+    algorithm = REGISTRY[spec.algorithm]
+    dataset, num_classes, train, test = _load_data(spec)
+    if spec.members is not None:
+        train, test = restrict(train, spec.members), restrict(test, spec.members)
+    model = make_model(spec.model, tuple(train.x.shape[2:]), num_classes)
+    config = make_config(spec.algorithm, spec.config, spec.execution)
+    state = algorithm.init(jax.random.PRNGKey(spec.seeds[0]), model, train.x[0], train.num_clients, config)
+    return Built(algorithm, dataset, num_classes, train, test, model, config, state)
 
 
 def _load_data(spec: RunSpec) -> tuple:
