@@ -103,6 +103,8 @@ class Section:
       note: a paragraph under the heading.
       diagnosis: runs in settings other than the paper's, to explain a gap; not counted, and left out of the
         scoreboard page's totals of cells not run and of time to go.
+      fedpac_from: the title of another section of the page, in the same setting, whose complete FedPAC run
+        the same-round comparison reads when this section has none (its own FedPAC still running).
     """
 
     title: str
@@ -114,6 +116,7 @@ class Section:
     higher_is_better: bool = True
     note: str = ""
     diagnosis: bool = False
+    fedpac_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,13 +190,15 @@ RUN_TABLE_NOTE = ("`python benchmarks/paper/run_table.py {folder}` runs (and res
 
 
 def _run_section(title: str, folder: str, paper: tuple[str, str, str], cells: list[tuple], metric: str = "acc",
-                 before: tuple[Row, ...] = (), after: tuple[Row, ...] = (), diagnosis: str = "") -> Section:
+                 before: tuple[Row, ...] = (), after: tuple[Row, ...] = (), diagnosis: str = "",
+                 fedpac_from: str = "") -> Section:
     """A counted 200-round section of the run-file table ``benchmarks/paper/<folder>/``: the rows of its
     ``cells`` (see :func:`_run_rows`), between rows repeated from other tables, noted with the command
-    that runs it and, when given, the diagnosis of its cells far from the paper."""
+    that runs it and, when given, the diagnosis of its cells far from the paper (``fedpac_from``: see
+    :class:`Section`)."""
     rows = before + _run_rows(folder, paper, cells, metric) + after
     note = RUN_TABLE_NOTE.format(folder=folder) + (" " + diagnosis if diagnosis else "")
-    return Section(title, rows, paper_rounds=200, note=note)
+    return Section(title, rows, paper_rounds=200, note=note, fedpac_from=fedpac_from)
 
 FEDPAC_SETTING = (
     "local SGD with batch 50, lr 0.01, momentum 0.5, weight decay 5e-4, E = 5 local epochs (FedPAC: 1 head + 5 body "
@@ -257,7 +262,7 @@ FEDPAC_TABLE1 = Page(
         Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
             ("Local-only", "table1_fmnist_100clients/local_only", "pflax", T1_100 + "local_only.toml"),
             ("FedAvg", "table1_fmnist_100clients/fedavg", "pflax", T1_100 + "fedavg.toml"),
-            ("FedAvg-FT", "table1_fmnist_100clients/fedavg_ft", "pflax", T1_100 + "fedavg_ft.toml"),
+            ("FedAvg-FT", "table1_fmnist_100clients/fedavg_ft", "from_fedavg", T1_100 + "fedavg_ft.toml"),
             ("FedPer", "table1_fmnist_100clients/fedper", "pflax", T1_100 + "fedper.toml"),
             ("LG-FedAvg", "table1_fmnist_100clients/lg_fedavg", "pflax", T1_100 + "lg_fedavg.toml"),
             ("FedRep", "table1_fmnist_100clients/fedrep", "pflax", T1_100 + "fedrep.toml"),
@@ -273,7 +278,12 @@ FEDPAC_TABLE1 = Page(
         ]), paper_rounds=200,
             note="30 of the 100 clients train in each round; every client is evaluated. "
                  + RUN_TABLE_NOTE.format(folder="fedpac/table1_fmnist_100clients")
-                 + " The same folder holds this column's Table 4 cells (`fedpac_table4.md`)."),
+                 + " The same folder holds this column's Table 4 cells (`fedpac_table4.md`). FedAvg-FT trains "
+                 "exactly as FedAvg, so its number is its evaluation applied to the FedAvg run's final state "
+                 "(`python benchmarks/evaluate_variant.py fedpac/table1_fmnist_100clients fedavg fedavg_ft`). "
+                 "kNN-Per, which trains as FedAvg too, ran on its own; read from the FedAvg run the same way "
+                 "(`knnper/from_fedavg.json`), it gives every client the same accuracy "
+                 "(`tests/test_results_pages.py`)."),
     ),
 )
 
@@ -297,7 +307,8 @@ FEDPAC_TABLE2 = Page(
         "(same seed and data, so the full method's history up to that round is what a shorter run would give)."),
     sections=(
         _run_section("Each arm after 200 rounds", "fedpac/table2_fmnist", T2_PAPER, [
-            ((label, f"FedPAC[{arm}]"), folder) for label, folder, arm in ABLATION_ARMS]),
+            ((label, f"FedPAC[{arm}]"), folder) for label, folder, arm in ABLATION_ARMS],
+            fedpac_from="The earlier runs, each arm at its last round"),
         Section("The earlier runs, each arm at its last round", tuple(
             Row(label, ("fedpac_fmnist/" + folder,), FINAL, (*T2_PAPER, f"FedPAC[{arm}]", "acc"),
                 repeat_of="fedpac_table1.md" if arm == "Both" else None, superseded_by="table2_fmnist/" + folder)
@@ -1109,6 +1120,8 @@ class Cell:
     def to_go_s(self) -> float | None:
         return None if self.to_go is None else sum(self.to_go.values())
     superseded: bool = False  # a later run of the same paper cell has results (Row.superseded_by)
+    missing_seeds: list[int] = field(default_factory=list)  # seeds its run file lists with no results yet
+    missing_seeds_s: float = 0.0  # their CPU time (estimate)
 
     @property
     def mean(self) -> float | None:
@@ -1167,6 +1180,15 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             cell.estimate_s = cpu_estimate(row.run_file)["seconds"]
         cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
         cell.status, cell.complete = _status(cell, section)
+        if files and row.run_file is not None and row.run_file.endswith(".toml") and len(seeds) == len(files):
+            cell.missing_seeds = missing_seeds(row.run_file, seeds)
+            if cell.missing_seeds:
+                est = cpu_estimate(row.run_file)
+                cell.missing_seeds_s = est["seconds"] * len(cell.missing_seeds) / est["seeds"]
+                cell.status += (f"; {len(files)} of the run file's {est['seeds']} seeds: seed"
+                                f"{'s' if len(cell.missing_seeds) > 1 else ''} "
+                                f"{', '.join(map(str, cell.missing_seeds))} not run yet, about "
+                                f"{fmt_duration(cell.missing_seeds_s)} of CPU")
         if files and not cell.complete and not section.same_round:
             cell.to_go = _to_go(files, cell, section)
             if cell.to_go is not None:
@@ -1178,6 +1200,16 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                                     if starts != [0] else " (no packed checkpoint committed: it starts again)")
         cells.append(cell)
     return cells, at
+
+
+def missing_seeds(run_file: str, seeds: list) -> list[int]:
+    """The seeds that ``benchmarks/paper/<run_file>`` lists and no results file of its row has yet.
+
+    >>> missing_seeds("fedpac/table2_fmnist/both.toml", [0])
+    [1, 2]
+    """
+    listed = cpu_estimate(run_file)["seed_list"]
+    return [s for s in listed if s not in set(seeds)]
 
 
 def _not_run_status(row: Row) -> str:
@@ -1328,16 +1360,33 @@ SAME_ROUND_EXPR = "100 * mean(personalized_history[round={round}].accuracy)"
 SAME_ROUND_TEXT = (
     "**Same-round comparison.** Each counted shorter run or run in progress more than 1.5 points from the "
     "paper, beside "
-    "this section's FedPAC run read at the same round (`" + SAME_ROUND_EXPR + "` of FedPAC's results file) "
+    "a complete FedPAC run of the same setting, the section's own or, while that one is still running, the "
+    "one its FedPAC src names, read at the same round (`" + SAME_ROUND_EXPR + "` of FedPAC's results file) "
     "and at its last round: FedPAC's later gain is how much the run's length alone costs FedPAC here. A gap "
     "much wider than that gain is more than truncation: the method learns more slowly than FedPAC, or its "
     "rule differs.")
 
 
-def same_round_rows(cells: list[Cell], section: Section) -> list[list[str]]:
+def fedpac_run(cells: list[Cell]) -> Cell | None:
+    """The complete one-file FedPAC run among ``cells``: the row named FedPAC, or an ablation's full method
+    (a row named "... (FedPAC)")."""
+    for c in cells:
+        if (c.row.method == "FedPAC" or c.row.method.endswith("(FedPAC)")) and c.complete and len(c.files) == 1:
+            return c
+    return None
+
+
+def same_round_rows(cells: list[Cell], section: Section, page_sections=()) -> list[list[str]]:
     """Rows of the same-round comparison: every counted single-length shorter run or run in progress more
-    than 1.5 points from the paper, against the section's complete one-file FedPAC run at the same round."""
-    (fedpac, *_) = [c for c in cells if c.row.method == "FedPAC" and c.complete and len(c.files) == 1] or [None]
+    than 1.5 points from the paper, against the section's complete one-file FedPAC run at the same round,
+    or, when it has none, that of the section ``section.fedpac_from`` names among ``page_sections`` (the
+    page's ``(Section, cells)``)."""
+    fedpac = fedpac_run(cells)
+    if fedpac is None and section.fedpac_from:
+        (other,) = [c for s, c in page_sections if s.title == section.fedpac_from] or [None]
+        if other is None:
+            raise SystemExit(f"section {section.title!r}: fedpac_from names no section {section.fedpac_from!r}")
+        fedpac = fedpac_run(other)
     if fedpac is None:
         return []
     data = json.loads(fedpac.files[0].read_text())
@@ -1441,10 +1490,9 @@ class RenderedPage:
 def render_page(page: Page, paper: dict) -> RenderedPage:
     refs: list = []
     out = [f"# {page.title}", "", GENERATED, "", f"Paper: {page.citation}", "", page.intro, "", HOW_TO_READ]
-    sections = []
-    for section in page.sections:
-        cells, at = read_section(section, paper, refs)
-        sections.append((section, cells))
+    read = [(section, *read_section(section, paper, refs)) for section in page.sections]
+    sections = [(section, cells) for section, cells, _ in read]
+    for section, cells, at in read:
         title = section.title + (f" (round {at})" if at is not None else "")
         out += ["", f"## {title}", ""]
         if section.note:
@@ -1460,7 +1508,7 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
                          str(len(c.files)), c.status, "yes" if counted(c, section) else "no", c.ref])
         out += table(["method", "ours", "paper", "gap", "rounds", "seeds", "status", "counted", "src"], rows)
         out += ["", ordering_text(cells, section)]
-        compared = same_round_rows(cells, section)
+        compared = same_round_rows(cells, section, sections)
         if compared:
             out += ["", SAME_ROUND_TEXT, ""] + table(SAME_ROUND_HEADER, compared)
         clusters = cluster_use_rows(cells, section)
@@ -1550,14 +1598,14 @@ def names_method(note: str, method: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(method)}(?![\w-])", note) is not None
 
 
-def far_and_diagnosed(section: Section, cells: list[Cell]) -> list[tuple[Cell, str]]:
+def far_and_diagnosed(section: Section, cells: list[Cell], page_sections=()) -> list[tuple[Cell, str]]:
     """The section's counted cells more than ``FAR`` points from the paper, each with where the page diagnoses
     it: the section's same-round comparison or hypotheses-in-use table, or its note when that names the
-    method; empty when none does."""
+    method; empty when none does. ``page_sections``: the page's ``(Section, cells)`` (for ``fedpac_from``)."""
     far = [c for c in cells if counted(c, section) and abs(round(c.gap, 2)) > FAR]
     if not far:
         return []
-    where = {row[1]: "same-round comparison with FedPAC" for row in same_round_rows(cells, section)}
+    where = {row[1]: "same-round comparison with FedPAC" for row in same_round_rows(cells, section, page_sections)}
     for row in cluster_use_rows(cells, section):
         where.setdefault(row[1], "hypotheses in use")
     return [(c, where.get(c.ref) or ("the section's note" if names_method(section.note, c.row.method) else ""))
@@ -1570,7 +1618,7 @@ def far_cells(rendered: list[RenderedPage]) -> list[list[str]]:
     rows = []
     for r in rendered:
         for section, cells in r.sections:
-            for c, where in far_and_diagnosed(section, cells):
+            for c, where in far_and_diagnosed(section, cells, r.sections):
                 rows.append([c.row.method, f"[{r.page.slug}.md]({r.page.slug}.md)", section.title,
                              f"{c.gap:+.2f}", fmt_rounds(c, section), where or "**not diagnosed**"])
     return rows
@@ -1655,6 +1703,20 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                        fmt_duration(sum(all_runs.values()))])
     out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's length "
                   "(estimate)"], short_rows)
+    seed_rows = [[f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, c.row.method,
+                  f"{len(c.files)} of {len(c.files) + len(c.missing_seeds)}", ", ".join(map(str, c.missing_seeds)),
+                  fmt_duration(c.missing_seeds_s)]
+                 for r in rendered for section, cells in r.sections for c in cells if c.missing_seeds]
+    if seed_rows:
+        out += ["", "## Seeds not run yet", "",
+                "Cells that have results for some of the seeds their run file lists (FedPAC and each table's best "
+                "baseline have three), and the CPU time of the others (estimated as above). The cell's number is "
+                "the mean over the seeds it has. `run_table.py` runs only the missing seeds.", ""]
+        seed_rows.append(["**all pages**", "", "", "", "",
+                          fmt_duration(sum(c.missing_seeds_s for r in rendered for _, cells in r.sections
+                                           for c in cells))])
+        out += table(["results page", "section", "cell", "seeds run", "seeds not run yet", "CPU time (estimate)"],
+                     seed_rows)
     out += ["", "## Pages", ""]
     for r in rendered:
         out.append(f"- [{r.page.title}]({r.page.slug}.md)")

@@ -93,6 +93,8 @@ def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
     three = {_name(p) for p in RUN_FILES if len(RunSpec.from_file(p).seeds) == 3}
     assert three == {
         "fedpac/table2_fmnist/both.toml",
+        # Table 1's 100-client column: FedPAC and the paper's best baseline there, Fed-RoD.
+        "fedpac/table1_fmnist_100clients/fedpac.toml", "fedpac/table1_fmnist_100clients/fedrod.toml",
         "fedpac/table3_fmnist/fedpac.toml", "fedpac/table3_fmnist/ditto.toml",
         "fedpac/table6_fmnist/fedpac.toml", "fedpac/table6_fmnist/fedavg_ft.toml",
         "fedpac/table8_fmnist/fedpac.toml", "fedpac/table8_fmnist/fedavg_ft.toml",

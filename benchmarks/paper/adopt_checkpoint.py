@@ -1,7 +1,7 @@
 """Let a run started by the earlier ``pflax run`` flags (before run files) continue under its run file.
 
-    python benchmarks/paper/adopt_checkpoint.py benchmarks/results/table1_fmnist_100clients/fedpac \\
-        benchmarks/paper/fedpac/table1_fmnist_100clients/fedpac.toml
+    python benchmarks/paper/adopt_checkpoint.py benchmarks/results/<table>/<cell> \\
+        benchmarks/paper/<paper>/<table>/<cell>.toml
 
 The earlier CLI fingerprinted its checkpoints with its flags and kept FedPAC's per-round history in
 other keys. This script checks that the old run computed exactly what the run file describes (the
