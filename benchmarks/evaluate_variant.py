@@ -16,7 +16,9 @@ for it, or in how often they evaluate and checkpoint. It restores the base run's
 (``benchmarks/results/<table>/<base>/checkpoints``, fingerprinted by the base run file) and swaps in the
 variant's Config. Then it evaluates
 every client and writes ``benchmarks/results/<table>/<variant>/from_<base>.json``, one per seed
-(``seed<k>/`` folders when the file lists several). ``benchmarks/results_pages.py`` reads that file.
+(``seed<k>/`` folders when the file lists several), skipping the seeds that have theirs already (whose base
+runs' checkpoints may be gone; ``--rerun`` evaluates them again). ``benchmarks/results_pages.py`` reads
+that file.
 """
 from __future__ import annotations
 
@@ -119,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("variant", help="the cell that trains as the base and is evaluated its own way")
     parser.add_argument("--paper-dir", type=Path, default=REPO / "benchmarks" / "paper")
     parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--rerun", action="store_true",
+                        help="evaluate again the seeds whose from_<base>.json is there already (by default they are "
+                             "left as they are)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets"))
     folder = args.paper_dir / args.table
@@ -131,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     table = args.table.split("/")[-1]
     for seed in base.seeds:
         sub = f"seed{seed}" if len(base.seeds) > 1 else ""
+        path = args.results_dir / table / args.variant / sub / f"from_{args.base}.json"
+        if path.exists() and not args.rerun:  # its base run's checkpoints may be gone by now
+            print(f"{args.variant} (seed {seed}): {_relative(path)} is there already (--rerun evaluates it again)")
+            continue
         source = args.results_dir / table / args.base / sub
         done = json.loads((source / "results.json").read_text())
         if done.get("status") != "finished":
@@ -138,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = evaluate_from(base, variant, source / "checkpoints", seed)
         if measured["round"] != base.rounds:
             sys.exit(f"{source}/checkpoints: latest round {measured['round']}, not the run's last ({base.rounds})")
-        out = args.results_dir / table / args.variant / sub
-        out.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         result = {
             "method": args.variant,
             "seed": seed,
@@ -151,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
             "command": f"python benchmarks/evaluate_variant.py {args.table} {args.base} {args.variant}",
             "personalized_history": [measured],
         }
-        path = out / f"from_{args.base}.json"
         path.write_text(json.dumps(result, indent=1))
         mean = 100 * sum(measured["accuracy"]) / len(measured["accuracy"])
         print(f"{args.variant} (seed {seed}) from {args.base}'s round {measured['round']}: {mean:.2f} % "

@@ -152,9 +152,9 @@ def _fedpac_t1(setting: str, rows: list[tuple]) -> tuple[Row, ...]:
         extra = {}
         if more:
             extra = {"run_file": more[0]} if more[0].endswith(".toml") else {"missing": more[0]}
-        if kind.startswith("from_"):  # evaluated on another cell's run
-            out.append(Row(label, (f"{folder}/{kind}.json",), LAST_EVAL, ("FedPAC", table, setting, label, "acc"),
-                           kind="fedavg_eval", **extra))
+        if kind.startswith("from_"):  # evaluated on another cell's run, one file per seed
+            out.append(Row(label, (f"{folder}/{kind}.json", f"{folder}/seed*/{kind}.json"), LAST_EVAL,
+                           ("FedPAC", table, setting, label, "acc"), kind="fedavg_eval", **extra))
         else:
             out.append(Row(label, (folder,), FINAL, ("FedPAC", table, setting, label, "acc"), **extra))
     return tuple(out)
@@ -231,19 +231,21 @@ FEDPAC_TABLE1 = Page(
         "last round. Most baselines ran fewer than 200 rounds on a 2-core CPU: their rounds and status say "
         "so, and their gap to the paper is not a final verdict. FedAvg-FT and kNN-Per train exactly as "
         "FedAvg; their numbers are their own evaluation applied to the FedAvg run's global model "
-        "(`benchmarks/fedavg_family_eval.py`), which reproduces their direct runs exactly at the rounds "
-        "both have."),
+        "(`benchmarks/fedavg_family_eval.py` for seed 0, which reproduces their direct runs exactly at the "
+        "rounds both have; `benchmarks/evaluate_variant.py` for the other seeds). FedAvg, and so FedAvg-FT, "
+        "the paper's best baseline here, have three seeds; FedPAC's three are Table 2's full method "
+        "(`fedpac_table2.md`)."),
     sections=(
         Section("20 clients, full participation", _fedpac_t1(FMNIST20, [
             ("Local-only", "table1_fmnist/local_only", "pflax"),
-            ("FedAvg", "table1_fmnist/fedavg", "pflax"),
-            ("FedAvg-FT", "table1_fmnist/fedavg_ft", "from_fedavg"),
+            ("FedAvg", "table1_fmnist/fedavg", "pflax", "fedpac/table1_fmnist/fedavg.toml"),
+            ("FedAvg-FT", "table1_fmnist/fedavg_ft", "from_fedavg", "fedpac/table1_fmnist/fedavg_ft.toml"),
             ("FedPer", "table1_fmnist/fedper", "pflax"),
             ("LG-FedAvg", "table1_fmnist/lg_fedavg", "pflax"),
             ("FedRep", "table1_fmnist/fedrep", "pflax"),
             ("FedBABU", "table1_fmnist/fedbabu", "pflax"),
             ("Fed-RoD", "table1_fmnist/fed_rod", "pflax"),
-            ("kNN-Per", "table1_fmnist/knn_per", "from_fedavg"),
+            ("kNN-Per", "table1_fmnist/knn_per", "from_fedavg", "fedpac/table1_fmnist/knn_per.toml"),
             ("APFL", "table1_fmnist/apfl", "pflax"),
             ("pFedMe", "table1_fmnist/pfedme", "pflax"),
             ("Ditto", "table1_fmnist/ditto", "pflax"),
@@ -412,7 +414,7 @@ FEDPAC_TABLE5 = Page(
             ("FedProto-L", "fedproto_l")], before=(
             Row("Local-only", ("table1_fmnist/local_only",), FINAL,
                 ("FedPAC", "5", "FMNIST/20clients", "Local-only", "acc"), repeat_of="fedpac_table1.md"),
-            Row("FedAvg-FT", ("table1_fmnist/fedavg_ft/from_fedavg.json",), LAST_EVAL,
+            Row("FedAvg-FT", ("table1_fmnist/fedavg_ft/seed*/from_fedavg.json",), LAST_EVAL,
                 ("FedPAC", "5", "FMNIST/20clients", "FedAvg-FT", "acc"), kind="fedavg_eval",
                 repeat_of="fedpac_table1.md"),
         ), after=(
@@ -904,8 +906,10 @@ KINDS = {
 
 
 def kind_of(row_kind: str, data: dict) -> Kind:
-    """A ``pflax`` row's file written by the experiment loop (it has ``run``) is read as a ``run`` file."""
-    return KINDS["run"] if row_kind == "pflax" and "run" in data else KINDS[row_kind]
+    """A ``pflax`` row's file written by the experiment loop (it has ``run``) is read as a ``run`` file; one
+    written by the earlier ``pflax run`` flags (it has ``args``) stays a ``pflax`` file, even after a run file
+    adopted it (``benchmarks/paper/adopt_checkpoint.py``, which adds ``run``)."""
+    return KINDS["run"] if row_kind == "pflax" and "run" in data and "args" not in data else KINDS[row_kind]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -962,7 +966,7 @@ def evaluate(expr: str, data) -> float:
 TIMING_REFERENCE = {
     "fedpac": "fedpac_fmnist/both/results.json",
     "local_only": "table1_fmnist/local_only/results.json",
-    "fedavg": "table1_fmnist/fedavg/results.json",
+    "fedavg": "table1_fmnist/fedavg/seed0/results.json",
     "fedavg_ft": "table1_fmnist/fedavg_ft/results.json",
     "fedper": "table1_fmnist/fedper/results.json",
     "lg_fedavg": "table1_fmnist/lg_fedavg/results.json",
@@ -1156,7 +1160,7 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
         files = [p for pattern in row.files for p in expand(pattern)]
         cell = Cell(row, f"s{len(refs) + 1}", files, value_expr, (row.rounds or KINDS[row.kind].rounds).format(round=at))
         refs.append(cell)
-        seeds = []
+        seeds, known = [], []
         for path in files:
             data = json.loads(path.read_text())
             kind = kind_of(row.kind, data)
@@ -1170,6 +1174,7 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             cell.commands.append(kind.command(data, path))
             if kind.seed is not None:
                 seeds.append(get_path(data, kind.seed))
+            known.append(_seed_of(kind, data, path))
         if len(set(seeds)) != len(seeds):
             raise SystemExit(f"row {row.method!r}: two files with the same seed: {[str(p) for p in files]}")
         if row.paper is not None:
@@ -1180,15 +1185,18 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             cell.estimate_s = cpu_estimate(row.run_file)["seconds"]
         cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
         cell.status, cell.complete = _status(cell, section)
-        if files and row.run_file is not None and row.run_file.endswith(".toml") and len(seeds) == len(files):
-            cell.missing_seeds = missing_seeds(row.run_file, seeds)
+        if files and row.run_file is not None and row.run_file.endswith(".toml") and None not in known:
+            cell.missing_seeds = missing_seeds(row.run_file, known)
             if cell.missing_seeds:
                 est = cpu_estimate(row.run_file)
-                cell.missing_seeds_s = est["seconds"] * len(cell.missing_seeds) / est["seeds"]
-                cell.status += (f"; {len(files)} of the run file's {est['seeds']} seeds: seed"
-                                f"{'s' if len(cell.missing_seeds) > 1 else ''} "
-                                f"{', '.join(map(str, cell.missing_seeds))} not run yet, about "
-                                f"{fmt_duration(cell.missing_seeds_s)} of CPU")
+                listed = (f"; {len(files)} of the run file's {est['seeds']} seeds: seed"
+                          f"{'s' if len(cell.missing_seeds) > 1 else ''} {', '.join(map(str, cell.missing_seeds))} "
+                          "not run yet, ")
+                if row.kind == "fedavg_eval":  # read from another cell's run: only an evaluation to go
+                    cell.status += listed + "read from the other cell's run of the same seeds once it has them"
+                else:
+                    cell.missing_seeds_s = est["seconds"] * len(cell.missing_seeds) / est["seeds"]
+                    cell.status += listed + f"about {fmt_duration(cell.missing_seeds_s)} of CPU"
         if files and not cell.complete and not section.same_round:
             cell.to_go = _to_go(files, cell, section)
             if cell.to_go is not None:
@@ -1200,6 +1208,17 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                                     if starts != [0] else " (no packed checkpoint committed: it starts again)")
         cells.append(cell)
     return cells, at
+
+
+def _seed_of(kind: Kind, data: dict, path: Path) -> int | None:
+    """The seed of a results file: the field its kind reads, a ``seed`` field, or its ``seed<k>/`` folder;
+    None when none says."""
+    if kind.seed is not None:
+        return get_path(data, kind.seed)
+    if isinstance(data.get("seed"), int):
+        return data["seed"]
+    match = re.fullmatch(r"seed(\d+)", path.parent.name)
+    return int(match.group(1)) if match else None
 
 
 def missing_seeds(run_file: str, seeds: list) -> list[int]:
@@ -1705,13 +1724,14 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                   "(estimate)"], short_rows)
     seed_rows = [[f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, c.row.method,
                   f"{len(c.files)} of {len(c.files) + len(c.missing_seeds)}", ", ".join(map(str, c.missing_seeds)),
-                  fmt_duration(c.missing_seeds_s)]
+                  fmt_duration(c.missing_seeds_s) if c.missing_seeds_s else "read from another cell's run"]
                  for r in rendered for section, cells in r.sections for c in cells if c.missing_seeds]
     if seed_rows:
         out += ["", "## Seeds not run yet", "",
                 "Cells that have results for some of the seeds their run file lists (FedPAC and each table's best "
-                "baseline have three), and the CPU time of the others (estimated as above). The cell's number is "
-                "the mean over the seeds it has. `run_table.py` runs only the missing seeds.", ""]
+                "baseline have three), and the CPU time of the others (estimated as above; a cell read from another "
+                "cell's run costs only an evaluation once that run has the seed). The cell's number is the mean "
+                "over the seeds it has. `run_table.py` runs only the missing seeds.", ""]
         seed_rows.append(["**all pages**", "", "", "", "",
                           fmt_duration(sum(c.missing_seeds_s for r in rendered for _, cells in r.sections
                                            for c in cells))])

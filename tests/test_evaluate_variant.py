@@ -108,3 +108,21 @@ def test_fedavg_presets_are_read_from_the_fedavg_run(tmp_path, variant):
     written = json.loads((tmp_path / "results" / "t" / variant / "from_fedavg.json").read_text())
     np.testing.assert_allclose(written["personalized_history"][-1]["accuracy"], direct["final_per_client"], atol=1e-6)
     assert not np.allclose(written["personalized_history"][-1]["accuracy"], base["final_per_client"])
+
+
+def test_a_seed_already_read_is_left_alone(runs, tmp_path, capsys):
+    """A seed whose from_<base>.json is there already is skipped before its base run is even looked at (its
+    checkpoints may be gone): here the base run is not even finished. ``--rerun`` evaluates it again, and then
+    the unfinished base run is refused."""
+    root, _, _ = runs
+    results = tmp_path / "results" / "t"
+    (results / "fedem").mkdir(parents=True)
+    (results / "fedem" / "results.json").write_text(json.dumps({"status": "running (1/2 rounds)"}))
+    (results / "fedem_ft").mkdir()
+    (results / "fedem_ft" / "from_fedem.json").write_text("{}")
+    argv = ["demo/t", "fedem", "fedem_ft", "--paper-dir", str(root / "paper"), "--results-dir", str(tmp_path / "results")]
+    assert _script().main(argv) == 0
+    assert "is there already" in capsys.readouterr().out
+    assert (results / "fedem_ft" / "from_fedem.json").read_text() == "{}"
+    with pytest.raises(SystemExit, match="not finished"):
+        _script().main(argv + ["--rerun"])

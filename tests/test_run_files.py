@@ -93,6 +93,9 @@ def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
     three = {_name(p) for p in RUN_FILES if len(RunSpec.from_file(p).seeds) == 3}
     assert three == {
         "fedpac/table2_fmnist/both.toml",
+        # Table 1's 20-client column: the best baseline, FedAvg-FT, is read from the FedAvg run (kNN-Per too).
+        "fedpac/table1_fmnist/fedavg.toml", "fedpac/table1_fmnist/fedavg_ft.toml",
+        "fedpac/table1_fmnist/knn_per.toml",
         # Table 1's 100-client column: FedPAC and the paper's best baseline there, Fed-RoD.
         "fedpac/table1_fmnist_100clients/fedpac.toml", "fedpac/table1_fmnist_100clients/fedrod.toml",
         "fedpac/table3_fmnist/fedpac.toml", "fedpac/table3_fmnist/ditto.toml",
@@ -217,3 +220,47 @@ def test_run_table_leaves_finished_seeds_alone(tmp_path, monkeypatch, capsys):
     assert run_table.finished_seeds(spec, cell) == [1]
     (cell / "seed0" / "from_base.json").write_text("{}")
     assert run_table.finished_seeds(spec, cell) == [0, 1]
+
+
+def _adopt():
+    spec = importlib.util.spec_from_file_location("adopt_checkpoint", TABLES / "adopt_checkpoint.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_finished_run_of_the_earlier_flags_is_adopted_by_its_results(tmp_path):
+    """An earlier-CLI run (``args`` in its results, no checkpoints left) that computed exactly what a run file
+    describes is adopted by its results alone: they then record the run, ``finished_result`` counts them as
+    the run file's finished run, and nothing else in them changes. A run of other flags, an unfinished run
+    and a seed the run file does not list are refused."""
+    import dataclasses
+
+    from pflax.experiment import finished_result
+
+    committed = json.loads((REPO / "benchmarks/results/table1_fmnist/fedavg/seed0/results.json").read_text())
+    committed = {k: v for k, v in committed.items() if k not in ("run", "seed")}  # as before its adoption
+    run_file = TABLES / "fedpac/table1_fmnist/fedavg.toml"  # seeds 0, 1, 2: the old run is seed 0
+    spec = dataclasses.replace(RunSpec.from_file(run_file), seeds=(0,))
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps(committed))
+    assert finished_result(spec, out) is None
+    with pytest.raises(SystemExit, match="--seed names the one"):
+        _adopt().main([str(out), str(run_file)])
+    assert _adopt().main([str(out), str(run_file), "--seed", "0"]) == 0
+    adopted = json.loads((out / "results.json").read_text())
+    assert {k: v for k, v in adopted.items() if k not in ("run", "seed")} == committed
+    assert finished_result(spec, out) is not None
+    assert finished_result(dataclasses.replace(spec, rounds=300), out) is None
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text(json.dumps({**committed, "args": {**committed["args"], "clients": 100}}))
+    with pytest.raises(SystemExit, match="clients: old run 100, run file 20"):
+        _adopt().main([str(other), str(run_file), "--seed", "0"])
+    (other / "results.json").write_text(json.dumps({**committed, "status": "running (20/200 rounds)"}))
+    with pytest.raises(SystemExit, match="did not finish"):
+        _adopt().main([str(other), str(run_file), "--seed", "0"])
+    with pytest.raises(SystemExit, match="not 3"):
+        _adopt().main([str(other), str(run_file), "--seed", "3"])

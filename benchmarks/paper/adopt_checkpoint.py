@@ -9,6 +9,11 @@ algorithm, data, partition, seed, participation, model and every ``Config`` fiel
 latest checkpoint with the run file's fingerprint and the experiment loop's record, so that
 ``run_table.py`` resumes it. The state itself (parameters, keys, round counter) is copied unchanged.
 The old checkpoints are kept in ``checkpoints.before_run_files/`` for reference until deleted.
+
+A finished old run whose checkpoints are gone (they are not committed) is adopted by its results alone:
+after the same checks, its ``results.json`` gains the run file's ``run`` and ``seed``, as the experiment
+loop writes them, so that ``run_table.py`` counts it as that run file's finished run
+(``pflax.experiment.finished_result``) instead of training it again. Nothing else in the file changes.
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="the old run's output folder")
     parser.add_argument("run_file", type=Path)
+    parser.add_argument("--seed", type=int, default=None,
+                        help="which of the run file's seeds the old run is, when it lists several")
     args = parser.parse_args(argv)
     os.environ.setdefault("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets"))
 
@@ -47,7 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     from pflax.experiment import Record, RunSpec, _config_fields, _data_dir, make_config, make_model
 
     spec = RunSpec.from_file(args.run_file).resolved()
+    if args.seed is not None:
+        if args.seed not in spec.seeds:
+            raise SystemExit(f"{args.run_file} lists seeds {list(spec.seeds)}, not {args.seed}")
+        spec = dataclasses.replace(spec, seeds=(args.seed,))
+    elif len(spec.seeds) != 1:
+        raise SystemExit(f"{args.run_file} lists seeds {list(spec.seeds)}: --seed names the one the old run is "
+                         "(its folder is then the cell's seed<k>/)")
     old = json.loads((args.out / "results.json").read_text())
+    if "args" not in old:
+        raise SystemExit(f"{args.out}/results.json was not written by the earlier pflax run flags")
     flags = old["args"]
     problems: list[str] = []
     for name, new in (("algorithm", spec.algorithm), ("dataset", spec.data["dataset"]),
@@ -66,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         raise SystemExit("the old run differs from the run file:\n  " + "\n  ".join(problems))
 
+    checkpoints = args.out / "checkpoints"
+    if not checkpoints.exists():
+        if old.get("status") != "finished" or old.get("rounds_completed") != spec.rounds:
+            raise SystemExit(f"{args.out}: no checkpoints, and the old run did not finish the run file's "
+                             f"{spec.rounds} rounds ({old.get('status')}, {old.get('rounds_completed')} rounds)")
+        old.update(run=spec.to_dict(), seed=spec.seeds[0])
+        (args.out / "results.json").write_text(json.dumps(old, indent=1))
+        print(f"{args.out}: its finished run adopted by {args.run_file} (results.json now records the run)")
+        return 0
     name, k, train, test = load_federation(spec.data["dataset"], spec.partition["name"], spec.partition["clients"],
                                            spec.data["train_per_client"], spec.data["test_per_client"],
                                            spec.seeds[0], _data_dir(spec.data.get("data_dir")), s=spec.partition["s"],
@@ -73,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     algorithm = REGISTRY[spec.algorithm]
     template = algorithm.init(jax.random.PRNGKey(spec.seeds[0]), make_model(spec.model, tuple(train.x.shape[2:]), k),
                               train.x[0], train.num_clients, config)
-    checkpoints = args.out / "checkpoints"
     _, meta = checkpoint.read(checkpoints)
     # Everything but the old flags is compared (model, config, array shapes and types); the flags were
     # compared with the run file above.
