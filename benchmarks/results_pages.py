@@ -1125,6 +1125,15 @@ class Cell:
         return None if self.to_go is None else sum(self.to_go.values())
     superseded: bool = False  # a later run of the same paper cell has results (Row.superseded_by)
     missing_seeds: list[int] = field(default_factory=list)  # seeds its run file lists with no results yet
+    pending: list[tuple] = field(default_factory=list)  # (seed, round) of seeds running beside finished ones
+    seeds: list = field(default_factory=list)  # the seed of each of ``files`` (None where none says)
+
+    def running(self) -> list[tuple]:
+        """(seed, round) of every seed in progress: beside finished ones, or the cell's own files."""
+        return self.pending or [(k, r) for k, r, p in zip(self.seeds, self.rounds, self.planned) if r < p]
+
+    def finished(self) -> int:
+        return sum(r >= p for r, p in zip(self.rounds, self.planned))
     missing_seeds_s: float = 0.0  # their CPU time (estimate)
 
     @property
@@ -1177,6 +1186,14 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             known.append(_seed_of(kind, data, path))
         if len(set(seeds)) != len(seeds):
             raise SystemExit(f"row {row.method!r}: two files with the same seed: {[str(p) for p in files]}")
+        finished = [i for i, (r, p) in enumerate(zip(cell.rounds, cell.planned)) if r >= p]
+        if finished and len(finished) < len(files) and not section.same_round:
+            # Seeds still running next to finished ones: the mean waits for them (it would mix lengths).
+            cell.pending = [(known[i], cell.rounds[i]) for i in range(len(files)) if i not in finished]
+            for name in ("files", "values", "rounds", "planned", "commands"):
+                setattr(cell, name, [getattr(cell, name)[i] for i in finished])
+            files, known = cell.files, [known[i] for i in finished]
+        cell.seeds = known
         if row.paper is not None:
             if row.paper not in paper:
                 raise SystemExit(f"row {row.method!r}: no paper number {row.paper} in {PAPER_CSV}")
@@ -1185,13 +1202,15 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             cell.estimate_s = cpu_estimate(row.run_file)["seconds"]
         cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
         cell.status, cell.complete = _status(cell, section)
+        if cell.pending:
+            cell.status += "; " + ", ".join(f"seed {k} in progress (round {r})" for k, r in cell.pending) + \
+                ", not in the mean yet"
         if files and row.run_file is not None and row.run_file.endswith(".toml") and None not in known:
-            cell.missing_seeds = missing_seeds(row.run_file, known)
+            cell.missing_seeds = missing_seeds(row.run_file, known + [k for k, _ in cell.pending])
             if cell.missing_seeds:
                 est = cpu_estimate(row.run_file)
-                listed = (f"; {len(files)} of the run file's {est['seeds']} seeds: seed"
-                          f"{'s' if len(cell.missing_seeds) > 1 else ''} {', '.join(map(str, cell.missing_seeds))} "
-                          "not run yet, ")
+                listed = (f"; seed{'s' if len(cell.missing_seeds) > 1 else ''} "
+                          f"{', '.join(map(str, cell.missing_seeds))} of the run file's {est['seeds']} not run yet, ")
                 if row.kind == "fedavg_eval":  # read from another cell's run: only an evaluation to go
                     cell.status += listed + "read from the other cell's run of the same seeds once it has them"
                 else:
@@ -1723,20 +1742,24 @@ def render_readme(rendered: list[RenderedPage]) -> str:
     out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's length "
                   "(estimate)"], short_rows)
     seed_rows = [[f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, c.row.method,
-                  f"{len(c.files)} of {len(c.files) + len(c.missing_seeds)}", ", ".join(map(str, c.missing_seeds)),
-                  fmt_duration(c.missing_seeds_s) if c.missing_seeds_s else "read from another cell's run"]
-                 for r in rendered for section, cells in r.sections for c in cells if c.missing_seeds]
+                  f"{c.finished()} of {c.finished() + len(c.running()) + len(c.missing_seeds)}",
+                  ", ".join(f"{k} (round {n})" for k, n in c.running()) or DASH,
+                  ", ".join(map(str, c.missing_seeds)) or DASH,
+                  (fmt_duration(c.missing_seeds_s) if c.missing_seeds_s else
+                   "read from another cell's run" if c.missing_seeds else DASH)]
+                 for r in rendered for section, cells in r.sections for c in cells if c.missing_seeds or c.pending]
     if seed_rows:
         out += ["", "## Seeds not run yet", "",
-                "Cells that have results for some of the seeds their run file lists (FedPAC and each table's best "
-                "baseline have three), and the CPU time of the others (estimated as above; a cell read from another "
-                "cell's run costs only an evaluation once that run has the seed). The cell's number is the mean "
-                "over the seeds it has. `run_table.py` runs only the missing seeds.", ""]
-        seed_rows.append(["**all pages**", "", "", "", "",
+                "Cells that have finished runs for some of the seeds their run file lists (FedPAC and each table's "
+                "best baseline have three), the seeds in progress, and the CPU time of those not run yet (estimated "
+                "as above; a cell read from another cell's run costs only an evaluation once that run has the "
+                "seed). The cell's number is the mean over its finished seeds: a seed in progress joins it when "
+                "it finishes. `run_table.py` runs only the missing seeds.", ""]
+        seed_rows.append(["**all pages**", "", "", "", "", "",
                           fmt_duration(sum(c.missing_seeds_s for r in rendered for _, cells in r.sections
                                            for c in cells))])
-        out += table(["results page", "section", "cell", "seeds run", "seeds not run yet", "CPU time (estimate)"],
-                     seed_rows)
+        out += table(["results page", "section", "cell", "seeds finished", "seeds in progress", "seeds not run yet",
+                      "CPU time of those not run (estimate)"], seed_rows)
     out += ["", "## Pages", ""]
     for r in rendered:
         out.append(f"- [{r.page.title}]({r.page.slug}.md)")

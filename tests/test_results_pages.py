@@ -583,14 +583,22 @@ def test_readme_table_of_missing_seeds_matches_the_pages():
             if t["header"][0] != "method":
                 continue
             for row in t["rows"]:
-                match = re.search(r"(\d+) of the run file's (\d+) seeds: seeds? ([\d, ]+) not run yet", row["status"])
-                if match:
-                    found[(name, row["method"])] = match
+                pending = re.findall(r"seed (\d+) in progress \(round (\d+)\)", row["status"])
+                match = re.search(r"seeds? ([\d, ]+) of the run file's (\d+) not run yet", row["status"])
+                if match or pending:
+                    found[(name, row["method"])] = (match, pending, row)
     assert sorted(found) == sorted(listed)
-    for key, match in found.items():
-        assert listed[key]["seeds run"] == f"{match.group(1)} of {match.group(2)}"
-        assert listed[key]["seeds not run yet"] == match.group(3)
-        assert int(match.group(1)) + len(match.group(3).split(", ")) == int(match.group(2))
+    for key, (match, pending, row) in found.items():
+        if pending:  # seeds running beside finished ones: the mean and the seeds column are the finished ones'
+            assert listed[key]["seeds in progress"] == ", ".join(f"{k} (round {r})" for k, r in pending)
+            assert listed[key]["seeds finished"].startswith(f"{row['seeds']} of ")
+        missing = match.group(1).split(", ") if match else []
+        assert listed[key]["seeds not run yet"] == (", ".join(missing) or DASH)
+        finished, total = map(int, listed[key]["seeds finished"].split(" of "))
+        running = [] if listed[key]["seeds in progress"] == DASH else listed[key]["seeds in progress"].split(", ")
+        assert finished + len(running) + len(missing) == total
+        if match:
+            assert int(match.group(2)) == total
 
 
 def test_a_cell_read_from_its_base_run_equals_its_direct_run():
@@ -613,3 +621,25 @@ def test_a_cell_read_from_its_base_run_equals_its_direct_run():
         np.testing.assert_allclose(last["accuracy"], same["accuracy"], atol=1e-6, err_msg=str(derived))
         pairs.append(derived)
     assert pairs, "no cell has both a direct run and one read from its base run"
+
+
+def test_a_seed_in_progress_waits_outside_the_mean(tmp_path, monkeypatch):
+    """A seed still running beside a finished one is left out of the cell's mean (it would mix lengths) and
+    named in its status; the cell counts as complete on its finished seeds. Seeds that have no file are
+    listed as not run yet."""
+    gen = _generator()
+    real = gen.expand
+    monkeypatch.setattr(gen, "expand", lambda pattern: sorted(tmp_path.glob("cell/seed*/results.json"))
+                        if pattern == "cell" else real(pattern))
+    for seed, rounds, accuracy in ((0, 200, 0.9), (1, 30, 0.5)):
+        path = tmp_path / "cell" / f"seed{seed}" / "results.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"seed": seed, "rounds_completed": rounds, "run": {"rounds": 200},
+                                    "command": "demo", "final_accuracy": {"mean": 100 * accuracy},
+                                    "personalized_history": [{"round": rounds, "accuracy": [accuracy]}]}))
+    row = gen.Row("FedAvg", ("cell",), gen.FINAL, None, run_file="fedpac/table2_fmnist/both.toml")
+    (cell,), _ = gen.read_section(gen.Section("demo", (row,), paper_rounds=200), {}, [])
+    assert cell.values == [90.0] and cell.complete and len(cell.files) == 1
+    assert cell.pending == [(1, 30)] and cell.missing_seeds == [2]
+    assert "seed 1 in progress (round 30), not in the mean yet" in cell.status
+    assert "seed 2 of the run file's 3 not run yet" in cell.status
