@@ -121,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("variant", help="the cell that trains as the base and is evaluated its own way")
     parser.add_argument("--paper-dir", type=Path, default=REPO / "benchmarks" / "paper")
     parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="only these of the run files' seeds (default: all; a seed whose base run has not "
+                             "finished stops the script)")
     parser.add_argument("--rerun", action="store_true",
                         help="evaluate again the seeds whose from_<base>.json is there already (by default they are "
                              "left as they are)")
@@ -134,7 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     if base.seeds != variant.seeds:
         sys.exit(f"{args.variant} lists seeds {list(variant.seeds)}, {args.base} {list(base.seeds)}")
     table = args.table.split("/")[-1]
+    unknown = sorted(set(args.seeds or ()) - set(base.seeds))
+    if unknown:
+        sys.exit(f"--seeds {unknown}: {args.base} lists seeds {list(base.seeds)}")
     for seed in base.seeds:
+        if args.seeds and seed not in args.seeds:
+            continue
         sub = f"seed{seed}" if len(base.seeds) > 1 else ""
         path = args.results_dir / table / args.variant / sub / f"from_{args.base}.json"
         if path.exists() and not args.rerun:  # its base run's checkpoints may be gone by now

@@ -128,6 +128,7 @@ def run_one(arm: str, seed: int, data, args) -> dict:
     curve = np.asarray(curve)
     result = {
         "arm": arm, "seed": seed, "domains": names, "rounds": args.rounds, "width": args.width,
+        "train_per_domain": args.train_per_domain, "test_per_domain": args.test_per_domain,
         "eval_rounds": rounds_evaluated, "accuracy_curve": curve.tolist(),
         "best_per_domain": curve.max(0).tolist(), "final_per_domain": curve[-1].tolist(),
         "seconds": time.time() - t0, "config": repr(config),

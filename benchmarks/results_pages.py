@@ -776,6 +776,41 @@ def _fedpick_usps() -> tuple[Section, ...]:
     )
 
 
+FEDPICK_WIDTH1_NOTE = (
+    "The paper's Digits CNN at its full width (`--width 1`: conv channels 64/64/128, k = 8192 features, head "
+    "2048/512; FedPick's mask network 8192 -> 4096 -> 8192) against the 1/8-width CNN of the counted cells, both "
+    "on the domains with the real USPS, seed 0, 30 rounds, evaluated every 5. The width-1 run is evaluated on "
+    "2000 test images per domain (USPS: the first 2000 of its 2007), because the full 10,000-image test sets "
+    "take its round to 21 GB on a 24 GB machine; the width-0.125 rows use the full test sets. Command: "
+    "`python benchmarks/fedpick_domains.py --arms fedpick fedbn --seeds 0 --width 1 --domains mnist usps mnistm "
+    "inverse rotated --test-per-domain 2000 --checkpoint-every 5 --out benchmarks/results/fedpick_domains_width1`"
+    " (about 75 s a round on one core of the 2-core CPU after a 4-minute compile).")
+
+
+def _fedpick_width1() -> tuple[Section, ...]:
+    """Diagnosis sections: the width-1 runs (``fedpick_domains_width1/``) beside seed 0 of the width-0.125
+    runs on the same domains, on USPS and on MNIST, best over rounds and final round."""
+    sections = []
+    for domain, index in (("USPS", 1), ("MNIST", 0)):
+        rows = []
+        for label, arm in (("FedPick", "fedpick"), ("FedBN", "fedbn")):
+            paper = ("FedPick", "II", f"Digits5/{domain}", label, "best_acc_mean")
+            for metric, expr in (("best over rounds", f"best_per_domain[{index}]"),
+                                 ("final round", f"final_per_domain[{index}]")):
+                for width, folder in (("0.125", "fedpick_domains_usps"), ("1", "fedpick_domains_width1")):
+                    rows.append(Row(f"{label}, width {width}, {metric}", (f"{folder}/{arm}_seed0.json",), expr,
+                                    paper if metric == "best over rounds" else None, kind="fedpick",
+                                    expect=(("domains", list(_USPS_DOMAINS)), ("width", float(width))),
+                                    missing="the FedPick benchmark is a script, not run files: the command is "
+                                            "in the USPS section's note"))
+        sections.append(Section(f"{domain}: the paper's width-1 CNN beside width 0.125 (seed 0)", tuple(rows),
+                                paper_rounds=300, counted=False, diagnosis=True,
+                                why_not="a diagnosis of the width: one seed, 30 rounds, 2000 test images per "
+                                        "domain for the width-1 run",
+                                note=FEDPICK_WIDTH1_NOTE if index == 1 else ""))
+    return tuple(sections)
+
+
 def _fedpick_bn_check() -> tuple[Section, ...]:
     """The diagnosis of FedPer's and FedRep's MNIST cells: each beside the same rule with the encoder's
     BatchNorm kept local (``benchmarks/fedpick_domains.py``'s diagnosis arms)."""
@@ -803,7 +838,7 @@ FEDPICK_TABLE2 = Page(
                              ("FedPer", "fedper", None), ("FedRep", "fedrep", None), ("LG-FedAvg", "lg_fedavg", None),
                              ("FedBN", "fedbn", None), ("FedPick", "fedpick", None)],
                       mnist_note=FEDPICK_T2_MNIST_DIAGNOSIS) + _fedpick_bn_check()
-    + _fedpick_usps(),
+    + _fedpick_usps() + _fedpick_width1(),
 )
 
 # The one Table IV cell more than 1.5 points from the paper.
@@ -882,6 +917,10 @@ def _fedpick_command(data: dict, path: Path) -> str:
     every = rounds[0] if len(rounds) > 1 else data["rounds"]
     command = (f"python benchmarks/fedpick_domains.py --arms {data['arm']} --seeds {data['seed']} "
                f"--rounds {data['rounds']} --eval-every {every} --width {data['width']:g}")
+    if data.get("train_per_domain", 1000) != 1000:
+        command += f" --train-per-domain {data['train_per_domain']}"
+    if data.get("test_per_domain") is not None:  # not the full test sets
+        command += f" --test-per-domain {data['test_per_domain']}"
     if list(data["domains"]) != list(_DOMAINS):  # not the script's default domains: its own folder too
         command += f" --domains {' '.join(data['domains'])} --out {path.parent.relative_to(REPO)}"
     return command

@@ -126,3 +126,10 @@ def test_a_seed_already_read_is_left_alone(runs, tmp_path, capsys):
     assert (results / "fedem_ft" / "from_fedem.json").read_text() == "{}"
     with pytest.raises(SystemExit, match="not finished"):
         _script().main(argv + ["--rerun"])
+
+
+def test_seeds_outside_the_run_files_are_refused(runs):
+    root, _, _ = runs
+    with pytest.raises(SystemExit, match=r"--seeds \[5\]: fedem lists seeds \[0\]"):
+        _script().main(["demo/t", "fedem", "fedem_ft", "--paper-dir", str(root / "paper"),
+                        "--results-dir", str(root / "results"), "--seeds", "5"])
