@@ -962,7 +962,13 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
 
 
 class Built(NamedTuple):
-    """What a one-seed run starts from (:func:`build`)."""
+    """What a one-seed run starts from (:func:`build`).
+
+    >>> built = build(RunSpec("fedavg", config={"local_epochs": 1}, data={"train_per_client": 20,
+    ...                       "test_per_client": 20}, partition={"clients": 2}, model={"name": "mlp", "hidden": [8]}))
+    >>> built.dataset, built.num_classes, built.train.num_clients
+    ('synthetic', 10, 2)
+    """
     algorithm: Any  # the registry module (pflax.algorithms.REGISTRY[spec.algorithm])
     dataset: str
     num_classes: int
