@@ -56,15 +56,7 @@ def test_fedpac_tables_run_200_rounds(path):
     assert RunSpec.from_file(path).rounds == 200
 
 
-# Run files written before the files spelled out every hyper-parameter (they leave the Config's defaults out).
-TERSE = {"fedpac/fedpac_fmnist/" + arm for arm in ("both.toml", "none.toml", "fa_only.toml", "cc_only.toml")} | {
-    f"fedpac/table1_fmnist/{p.name}" for p in (TABLES / "fedpac" / "table1_fmnist").glob("*.toml")
-    if p.name != "fedem__m_5.toml"} | {
-    f"fedpac/table1_fmnist_100clients/{cell}.toml"
-    for cell in ("fedpac", "local_only", "fedavg", "fedavg_ft", "fedrod", "fedrep", "knnper")}
-
-
-@pytest.mark.parametrize("path", [p for p in RUN_FILES if _name(p) not in TERSE], ids=_name)
+@pytest.mark.parametrize("path", RUN_FILES, ids=_name)
 def test_run_files_write_out_every_hyper_parameter(path):
     """The cells' hyper-parameters can be read from the file alone: its [config] holds the whole Config and
     its [partition] every parameter of the partition."""
