@@ -9,20 +9,24 @@ domain, mean (std) over seeds. Ablations (Table IV) are FedPick with one switch 
 arms, not in the paper, run FedPer and FedRep with the encoder's BatchNorm kept local
 (``--arms fedper_local_bn fedrep_local_bn``).
 
-    python benchmarks/fedpick_domains.py                      # main table + ablations, 3 seeds
-    python benchmarks/fedpick_domains.py --arms fedpick fedbn --seeds 0
-    python benchmarks/fedpick_domains.py --domains mnist usps mnistm inverse rotated \
-        --out benchmarks/results/fedpick_domains_usps          # the real USPS as one client
+Each cell's run file, ``benchmarks/paper/fedpick/<table>/<arm>.toml``, holds everything the run needs:
+the arm and its algorithm, seeds, rounds, evaluation and checkpoint intervals, the results folder, the
+domains and their sizes, the CNN's width and the algorithm's whole ``Config``.
 
-Finished runs are stored one JSON per (arm, seed) and skipped when the script is run again, so an
-interrupted benchmark resumes. With ``--checkpoint-every k`` a run also resumes midway, from its latest
-checkpoint (``<out>/checkpoints/<arm>_seed<k>/``), bit for bit: for long runs such as the width-1 CNN's.
-``--summary-only`` rebuilds the table and plots from those files.
+    python benchmarks/fedpick_domains.py benchmarks/paper/fedpick/fedpick_table2_digits/*.toml
+    python benchmarks/fedpick_domains.py benchmarks/paper/fedpick/fedpick_table2_usps/fedpick.toml --seeds 0
+    python benchmarks/paper/run_table.py fedpick/fedpick_table2_usps      # the same, one table
 
-Deliberate differences from the paper, for a 2-core CPU: a narrower CNN (``--width 0.125``: channels
-8/8/16, k = 1024, head 256/64; ``--width 1`` is the paper's 8192-feature model), fewer rounds
-(``--rounds``, default 30, against 300) with evaluation every ``--eval-every`` (5) rounds, 3 seeds
-(against 5), and our own offline domains instead of Digits-Five.
+Finished runs are stored one JSON per (arm, seed) in the run file's ``out`` folder and skipped when the
+script is run again (unless the run file now asks for another run: more rounds, say), so an interrupted
+benchmark resumes. With ``checkpoint_every = k`` a run also resumes midway, from its latest checkpoint
+(``<out>/checkpoints/<arm>_seed<k>/``), bit for bit: for long runs such as the width-1 CNN's.
+``--summary-only`` rebuilds the tables and plots from those files.
+
+Deliberate differences from the paper in the committed run files, for a 2-core CPU: a narrower CNN
+(``width = 0.125``: channels 8/8/16, k = 1024, head 256/64; ``width = 1.0`` is the paper's 8192-feature
+model), 30 rounds against 300 (evaluated every 5), 3 seeds against 5, and our own offline domains instead
+of Digits-Five.
 
 Memory at ``--width 1`` (the paper's model): FedPick's personal part (the mask network, 8192 -> 4096 ->
 8192, and two 8192-input heads) is ~100M parameters per client, so the five clients' state alone holds
@@ -60,29 +64,120 @@ LABELS = {
 }
 
 
-def algorithm(arm: str):
-    """(module, config) for an arm."""
+@dataclasses.dataclass(frozen=True)
+class RunFile:
+    """One cell's run, as its run file states it (:func:`read_run_file`)."""
+
+    path: Path
+    arm: str                      # the results files' prefix and the label (LABELS)
+    algorithm: str                # "fedpick" or "leafwise" (pflax.algorithms)
+    seeds: tuple[int, ...]
+    rounds: int
+    eval_every: int
+    checkpoint_every: int         # 0: never
+    out: Path                     # the results folder
+    domains: tuple[str, ...]
+    train_per_domain: int
+    test_per_domain: int | None   # None: each domain's full test set
+    width: float
+    config: object                # the algorithm's Config
+
+    def module(self):
+        from pflax.algorithms import fedpick, leafwise
+
+        return {"fedpick": fedpick, "leafwise": leafwise}[self.algorithm]
+
+    def data_key(self, seed: int) -> tuple:
+        """Runs with equal keys train and test on the same images."""
+        return (self.domains, self.train_per_domain, self.test_per_domain, seed)
+
+
+_TOP_KEYS = ("arm", "algorithm", "seeds", "rounds", "eval_every", "checkpoint_every", "out")
+_TABLES = {"data": ("domains", "train_per_domain", "test_per_domain"), "model": ("width",)}
+
+
+def read_run_file(path: str | os.PathLike) -> RunFile:
+    """A FedPick-benchmark run file, every key required (the file alone says how the cell ran).
+
+    Args:
+      path: ``benchmarks/paper/fedpick/<table>/<arm>.toml``.
+
+    Returns:
+      The :class:`RunFile`; a missing, unknown or ill-typed key exits with its name.
+    """
+    import tomllib
+
     from pflax.algorithms import fedpick, leafwise
 
-    ablation = {"wo_lce": {"lam_lce": 0.0}, "wo_ent": {"lam_ent": 0.0}, "wo_dis": {"lam_dis": 0.0},
-                "soft_mask": {"mask": "soft"}, "share_bn": {"share_bn": True}, "share_pfsm": {"share_pfsm": True},
-                "wo_ensemble": {"ensemble": "none"}}
-    if arm == "fedpick":
-        return fedpick, fedpick.Config.digits()
-    if arm in ablation:
-        return fedpick, fedpick.Config.digits(**ablation[arm])
-    # leafwise.RULES: FedProx mu = 0.01, FedRep 4 head epochs, as FedPick ran them.
-    rules = {"fedavg": "fedavg", "fedprox": "fedprox", "fedper": "fedper", "fedrep": "fedrep", "lg_fedavg": "lg_fedavg",
-             "fedbn": "fedbn", "single": "local_only"}
-    if arm in DIAGNOSES:
-        base_rule = arm.removesuffix("_local_bn")
-        return leafwise, leafwise.rule(base_rule, sharing=leafwise.Sharing(("body",), bn=False))
-    if arm not in rules:
-        raise SystemExit(f"unknown arm {arm!r}; choose from {MAIN_ARMS + ABLATIONS + DIAGNOSES}")
-    return leafwise, leafwise.rule(rules[arm])
+    path = Path(path)
+
+    def fail(msg: str):
+        raise SystemExit(f"{path}: {msg}")
+
+    try:
+        table = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        fail(str(err))
+    for where, keys, got in [("", _TOP_KEYS + tuple(_TABLES) + ("config",), table)] + [
+            (f"[{name}] ", keys, table.get(name, {})) for name, keys in _TABLES.items()]:
+        missing = [k for k in keys if k not in got]
+        unknown = sorted(set(got) - set(keys))
+        if missing or unknown:
+            fail(f"{where}" + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
+                                        + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+    algorithm = table["algorithm"]
+    config_cls = {"fedpick": fedpick.Config, "leafwise": leafwise.Config}.get(algorithm)
+    if config_cls is None:
+        fail(f"algorithm must be fedpick or leafwise, got {algorithm!r}")
+    names = [f.name for f in dataclasses.fields(config_cls) if f.name != "execution"]
+    written = table["config"]
+    missing, unknown = [n for n in names if n not in written], sorted(set(written) - set(names))
+    if missing or unknown:
+        fail("[config] " + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
+                                      + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+    fields = {}
+    for name in names:
+        value = written[name]
+        if name == "sharing":
+            if not isinstance(value, dict) or set(value) != {"parts", "bn"}:
+                fail("[config] sharing must be {parts = [...], bn = true|false}")
+            value = leafwise.Sharing(tuple(value["parts"]), bn=value["bn"])
+        elif isinstance(value, list):
+            value = tuple(value)
+        fields[name] = value
+    try:
+        config = config_cls(**fields)
+    except (TypeError, ValueError) as err:
+        fail(f"[config] {err}")
+    data, test = table["data"], table["data"]["test_per_domain"]
+    if test != "all" and not (isinstance(test, int) and test > 0):
+        fail(f'[data] test_per_domain must be a positive number or "all", got {test!r}')
+    for key in ("rounds", "eval_every"):
+        if not isinstance(table[key], int) or table[key] < 1:
+            fail(f"{key} must be >= 1, got {table[key]!r}")
+    seeds = table["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(k, int) for k in seeds):
+        fail(f"seeds must be a non-empty list of integers, got {seeds!r}")
+    return RunFile(path=path, arm=table["arm"], algorithm=algorithm, seeds=tuple(seeds), rounds=table["rounds"],
+                   eval_every=table["eval_every"], checkpoint_every=table["checkpoint_every"],
+                   out=REPO / table["out"], domains=tuple(data["domains"]),
+                   train_per_domain=data["train_per_domain"], test_per_domain=None if test == "all" else test,
+                   width=float(table["model"]["width"]), config=config)
 
 
-def run_one(arm: str, seed: int, data, args) -> dict:
+def finished(run: RunFile, seed: int) -> bool:
+    """Whether ``run``'s results file for ``seed`` holds this very run (a run file asking for more rounds,
+    or other domains, sizes or width, runs again)."""
+    path = run.out / f"{run.arm}_seed{seed}.json"
+    if not path.exists():
+        return False
+    done = json.loads(path.read_text())
+    return (done["rounds"] == run.rounds and done["width"] == run.width and list(done["domains"]) == list(run.domains)
+            and done.get("train_per_domain", 1000) == run.train_per_domain
+            and done.get("test_per_domain") == run.test_per_domain)
+
+
+def run_one(run: RunFile, seed: int, data) -> dict:
     import jax
 
     from pflax import checkpoint
@@ -90,16 +185,16 @@ def run_one(arm: str, seed: int, data, args) -> dict:
     from pflax.models.bn import digits_cnn
 
     train, test, names = data
-    module, config = algorithm(arm)
-    model = digits_cnn(10, width=args.width)
+    arm, module, config = run.arm, run.module(), run.config
+    model = digits_cnn(10, width=run.width)
     state = module.init(jax.random.PRNGKey(seed), model, train.x[0], train.num_clients, config)
     t0 = time.time()
     # A run unfinished when the script stopped continues from its last checkpoint (long runs, such as
     # the width-1 CNN's, span sessions); everything that changes the computation must match.
-    checkpoints = Path(args.out) / "checkpoints" / f"{arm}_seed{seed}"
-    fingerprint = {"arm": arm, "seed": seed, "width": args.width, "domains": list(names),
-                   "train_per_domain": args.train_per_domain, "test_per_domain": args.test_per_domain,
-                   "eval_every": args.eval_every}
+    checkpoints = run.out / "checkpoints" / f"{arm}_seed{seed}"
+    fingerprint = {"arm": arm, "seed": seed, "width": run.width, "domains": list(names),
+                   "train_per_domain": run.train_per_domain, "test_per_domain": run.test_per_domain,
+                   "eval_every": run.eval_every}
     record = Record()
     if checkpoint.latest_step(checkpoints):
         restored = checkpoint.restore(checkpoints, state, run=fingerprint)
@@ -109,7 +204,7 @@ def run_one(arm: str, seed: int, data, args) -> dict:
 
     def report(state, record, evaluated: bool) -> None:
         row = record.history[-1]
-        if args.checkpoint_every and row["round"] % args.checkpoint_every == 0 and row["round"] < args.rounds:
+        if run.checkpoint_every and row["round"] % run.checkpoint_every == 0 and row["round"] < run.rounds:
             checkpoint.save(checkpoints, state, run=fingerprint, max_to_keep=2, extra=dataclasses.asdict(record))
         if row.get("refused_nonfinite"):
             print(f"  [{arm} seed {seed}] round {row['round']}: non-finite update refused", flush=True)
@@ -121,34 +216,43 @@ def run_one(arm: str, seed: int, data, args) -> dict:
 
     # The experiment loop: every client every round, evaluated every --eval-every rounds and at the end;
     # a non-finite round is refused (the state kept) and training goes on, as before.
-    state, record = loop(module, state, train, test, args.rounds, eval_every=args.eval_every, record=record,
+    state, record = loop(module, state, train, test, run.rounds, eval_every=run.eval_every, record=record,
                          after_round=report, on_nonfinite="continue")
     curve = [[100 * a for a in e["accuracy"]] for e in record.evaluations]
     rounds_evaluated = [e["round"] for e in record.evaluations]
     curve = np.asarray(curve)
     result = {
-        "arm": arm, "seed": seed, "domains": names, "rounds": args.rounds, "width": args.width,
-        "train_per_domain": args.train_per_domain, "test_per_domain": args.test_per_domain,
+        "arm": arm, "seed": seed, "domains": names, "rounds": run.rounds, "width": run.width,
+        "train_per_domain": run.train_per_domain, "test_per_domain": run.test_per_domain,
+        "run_file": (run.path.resolve().relative_to(REPO).as_posix() if run.path.resolve().is_relative_to(REPO)
+                     else str(run.path)),
         "eval_rounds": rounds_evaluated, "accuracy_curve": curve.tolist(),
         "best_per_domain": curve.max(0).tolist(), "final_per_domain": curve[-1].tolist(),
         "seconds": time.time() - t0, "config": repr(config),
         **({"resumed_at_rounds": record.resumed_at} if record.resumed_at else {}),
     }
-    if arm == "fedpick" and seed == args.seeds[0]:
+    if arm == "fedpick" and seed == run.seeds[0]:
         from pflax.algorithms import fedpick
 
         freq = np.asarray(fedpick.mask_frequency(state, test))
-        np.save(Path(args.out) / f"mask_frequency_seed{seed}.npy", freq)
-        fedpick.plot_mask_selection(freq, names, str(Path(args.out) / "mask_selection.png"))
+        np.save(run.out / f"mask_frequency_seed{seed}.npy", freq)
+        fedpick.plot_mask_selection(freq, names, str(run.out / "mask_selection.png"))
         result["mask_overlap"] = fedpick.mask_overlap(freq).tolist()
         result["selected_fraction"] = (freq > 0.5).mean(1).tolist()
     return result
 
 
+def _longest_runs(out: Path, arm: str) -> list[dict]:
+    """The arm's results files of the most rounds (seeds of a table being extended are not mixed)."""
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob(f"{arm}_seed*.json"))]
+    most = max((r["rounds"] for r in runs), default=0)
+    return [r for r in runs if r["rounds"] == most]
+
+
 def summarize(out: Path, arms: list[str]) -> str:
     rows, domains = [], None
     for arm in arms:
-        runs = [json.loads(p.read_text()) for p in sorted(out.glob(f"{arm}_seed*.json"))]
+        runs = _longest_runs(out, arm)
         if not runs:
             continue
         domains = runs[0]["domains"]
@@ -174,13 +278,12 @@ def summarize(out: Path, arms: list[str]) -> str:
             cells = " | ".join(f"{a:.2f} ({b:.2f})" for a, b in zip(m, s))
             lines.append(f"| {LABELS.get(arm, arm)} | {cells} | **{am:.2f}** ({asd:.2f}) | {n} | {r} |")
     # Ablations against FedPick on the same seeds (paired: same data, same initialisation).
-    pick = {r["seed"]: r for r in (json.loads(p.read_text()) for p in out.glob("fedpick_seed*.json"))}
+    pick = {r["seed"]: r for r in _longest_runs(out, "fedpick")}
     paired = []
     for arm in arms:
         if arm not in ABLATIONS:
             continue
-        runs = [json.loads(p.read_text()) for p in sorted(out.glob(f"{arm}_seed*.json"))]
-        runs = [r for r in runs if r["seed"] in pick]
+        runs = [r for r in _longest_runs(out, arm) if r["seed"] in pick and r["rounds"] == pick[r["seed"]]["rounds"]]
         if runs:
             ours = np.mean([np.mean(r["best_per_domain"]) for r in runs])
             base = np.mean([np.mean(pick[r["seed"]]["best_per_domain"]) for r in runs])
@@ -216,7 +319,7 @@ def _plot_curves(out: Path, arms: list[str]) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm in arms:
-        runs = [json.loads(p.read_text()) for p in sorted(out.glob(f"{arm}_seed*.json"))]
+        runs = _longest_runs(out, arm)
         if not runs:
             continue
         curves = np.asarray([np.asarray(r["accuracy_curve"]).mean(1) for r in runs])
@@ -231,47 +334,41 @@ def _plot_curves(out: Path, arms: list[str]) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_files", nargs="+", help="benchmarks/paper/fedpick/<table>/<arm>.toml, one per cell")
     p.add_argument("--data-dir", default=os.environ.get("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets")))
-    p.add_argument("--arms", nargs="+", default=list(MAIN_ARMS + ABLATIONS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--rounds", type=int, default=30)
-    p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--width", type=float, default=0.125)
-    p.add_argument("--domains", nargs="+", default=None,
-                   help="domains in client order (default: pflax.data.domains.DOMAINS); 'usps' is the real USPS")
-    p.add_argument("--train-per-domain", type=int, default=1000)
-    p.add_argument("--test-per-domain", type=int, default=None, help="default: the full 10,000-image test sets")
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fedpick_domains"))
-    p.add_argument("--summary-only", action="store_true")
-    p.add_argument("--checkpoint-every", type=int, default=0,
-                   help="checkpoint every k rounds into <out>/checkpoints/<arm>_seed<k>/ (0: never); a run "
-                        "stopped midway continues from its latest checkpoint")
-    args = p.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="run only these of the run files' seeds")
+    p.add_argument("--summary-only", action="store_true", help="rebuild the tables and plots; train nothing")
+    args = p.parse_args(argv)
+    runs = [read_run_file(path) for path in args.run_files]
+    for run in runs:
+        run.out.mkdir(parents=True, exist_ok=True)
     if not args.summary_only:
         from pflax.data.domains import digit_domains
 
-        for seed in args.seeds:
-            todo = [a for a in args.arms if not (out / f"{a}_seed{seed}.json").exists()]
-            if not todo:
-                continue
+        # The runs on the same images share one build of the domains (it takes a while).
+        todo: dict[tuple, list[RunFile]] = {}
+        for run in runs:
+            for seed in run.seeds:
+                if (args.seeds is None or seed in args.seeds) and not finished(run, seed):
+                    todo.setdefault(run.data_key(seed), []).append(run)
+        for (domains, train_per_domain, test_per_domain, seed), group in todo.items():
             t = time.time()
-            data = digit_domains(args.data_dir, *([tuple(args.domains)] if args.domains else []),
-                                 train_per_domain=args.train_per_domain,
-                                 test_per_domain=args.test_per_domain, seed=seed)
-            print(f"seed {seed}: data built in {time.time() - t:.0f} s; arms {todo}", flush=True)
-            for arm in todo:
-                result = run_one(arm, seed, data, args)
-                tmp = out / f"{arm}_seed{seed}.json.tmp"
+            data = digit_domains(args.data_dir, domains, train_per_domain=train_per_domain,
+                                 test_per_domain=test_per_domain, seed=seed)
+            print(f"seed {seed}: data built in {time.time() - t:.0f} s; arms {[r.arm for r in group]}", flush=True)
+            for run in group:
+                result = run_one(run, seed, data)
+                tmp = run.out / f"{run.arm}_seed{seed}.json.tmp"
                 tmp.write_text(json.dumps(result, indent=1))
-                tmp.replace(out / f"{arm}_seed{seed}.json")
-                print(f"{arm} seed {seed}: best mean {np.mean(result['best_per_domain']):.2f} "
+                tmp.replace(run.out / f"{run.arm}_seed{seed}.json")
+                print(f"{run.arm} seed {seed}: best mean {np.mean(result['best_per_domain']):.2f} "
                       f"in {result['seconds']:.0f} s", flush=True)
-                summarize(out, list(MAIN_ARMS + ABLATIONS + DIAGNOSES))
-    print(summarize(out, list(MAIN_ARMS + ABLATIONS + DIAGNOSES)))
+                summarize(run.out, list(MAIN_ARMS + ABLATIONS + DIAGNOSES))
+    for out in sorted({run.out for run in runs}):
+        print(f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}:")
+        print(summarize(out, list(MAIN_ARMS + ABLATIONS + DIAGNOSES)))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import re
 import shlex
@@ -708,7 +709,10 @@ _PICK_INTRO = (
     "(evaluated every 5 rounds), as in the paper. Deliberate differences, for a 2-core CPU: our offline "
     "domains (`pflax.data.domains`: mnist, mnistm, inverse, rotated, noisy) instead of Digits-Five, a "
     "narrower CNN (width 0.125), 30 rounds instead of 300, and 3 seeds (ablations 2) instead of 5. Only "
-    "the MNIST cells compare like with like and enter the scoreboard.")
+    "the MNIST cells compare like with like and enter the scoreboard. Each method's run file, with every "
+    "hyper-parameter, is `benchmarks/paper/fedpick/<table>/<arm>.toml` (Table II: `fedpick_table2_digits/`, "
+    "Table IV: `fedpick_table4_digits/`); `python benchmarks/paper/run_table.py fedpick/<table>` runs, resumes "
+    "and summarises a table.")
 
 # The MNIST cells of Table II more than 1.5 points from the paper.
 FEDPICK_T2_MNIST_DIAGNOSIS = (
@@ -732,7 +736,7 @@ FEDPICK_BN_DIAGNOSIS = (
     "client's classifier is then fitted to its own domain's feature statistics but evaluated under the running "
     "statistics averaged over five domains, which our stand-in domains (one with inverted intensities) make far "
     "apart. The same rules with the encoder's BatchNorm kept local, as FedPick and FedBN keep it "
-    "(`python benchmarks/fedpick_domains.py --arms fedper_local_bn fedrep_local_bn`), reach FedAvg's level on "
+    "(`python benchmarks/paper/run_table.py fedpick/fedpick_table2_local_bn_check`), reach FedAvg's level on "
     "MNIST, and on the inverted domain they rise from under 40 % to about 90 % (`best_per_domain[2]`). The gap "
     "is the BatchNorm statistics shared across domains, a choice the paper leaves open, not the rules' training.")
 
@@ -751,9 +755,9 @@ def _fedpick_usps() -> tuple[Section, ...]:
 
     setting = ("Five clients on the domains mnist, **usps** (the real USPS, `usps/usps.h5` in the datasets folder: "
                "1000 of its 7291 training digits, resized from 16x16 to 32x32 RGB; its full 2007-image test set), "
-               "mnistm, inverse and rotated, otherwise the setting above (width 0.125, 30 rounds, 3 seeds). Command: "
-               "`python benchmarks/fedpick_domains.py --arms single fedavg lg_fedavg fedbn fedpick --domains mnist "
-               "usps mnistm inverse rotated --out benchmarks/results/fedpick_domains_usps`.")
+               "mnistm, inverse and rotated, otherwise the setting above (width 0.125, 30 rounds, 3 seeds). Run files: "
+               "`benchmarks/paper/fedpick/fedpick_table2_usps/`; command: "
+               "`python benchmarks/paper/run_table.py fedpick/fedpick_table2_usps`.")
     return (
         Section("Real USPS: best test accuracy over rounds", rows("best_per_domain[1]", "Digits5/USPS"),
                 paper_rounds=300, note=setting + " The paper's metric: the best of the evaluations every 5 rounds. "
@@ -782,14 +786,13 @@ def _fedpick_usps() -> tuple[Section, ...]:
 
 
 FEDPICK_WIDTH1_NOTE = (
-    "The paper's Digits CNN at its full width (`--width 1`: conv channels 64/64/128, k = 8192 features, head "
+    "The paper's Digits CNN at its full width (`width = 1.0`: conv channels 64/64/128, k = 8192 features, head "
     "2048/512; FedPick's mask network 8192 -> 4096 -> 8192) against the 1/8-width CNN of the counted cells, both "
     "on the domains with the real USPS, seed 0, 30 rounds, evaluated every 5. The width-1 run is evaluated on "
-    "2000 test images per domain (USPS: the first 2000 of its 2007), because the full 10,000-image test sets "
-    "take its round to 21 GB on a 24 GB machine; the width-0.125 rows use the full test sets. Command: "
-    "`python benchmarks/fedpick_domains.py --arms fedpick fedbn --seeds 0 --width 1 --domains mnist usps mnistm "
-    "inverse rotated --test-per-domain 2000 --checkpoint-every 5 --out benchmarks/results/fedpick_domains_width1`"
-    ". On one core of the 2-core CPU, the other busy, a round took about 60 s for FedPick and 25 s for FedBN, "
+    "2000 test images per domain (USPS: 2000 of its 2007, drawn at random), because the full 10,000-image test sets "
+    "take its round to 21 GB on a 24 GB machine; the width-0.125 rows use the full test sets. Run files: "
+    "`benchmarks/paper/fedpick/fedpick_table2_usps_width1/`; command: "
+    "`python benchmarks/paper/run_table.py fedpick/fedpick_table2_usps_width1`. On one core of the 2-core CPU, the other busy, a round took about 60 s for FedPick and 25 s for FedBN, "
     "after a compile of a few minutes; FedPick's process peaked near 19 GB.")
 
 
@@ -918,18 +921,27 @@ def _fedcollab_command(data: dict, path: Path) -> str:
     return cmd
 
 
+@functools.lru_cache(maxsize=None)
+def _fedpick_run_files() -> dict[tuple[str, str], Path]:
+    """(results folder, arm) -> the FedPick run file that writes it (``benchmarks/paper/fedpick/``)."""
+    import tomllib
+
+    found = {}
+    for run_file in sorted((REPO / "benchmarks" / "paper" / "fedpick").glob("*/*.toml")):
+        table = tomllib.loads(run_file.read_text())
+        key = (Path(table["out"]).as_posix(), table["arm"])
+        if key in found:
+            raise ValueError(f"{run_file} and {found[key]} both write {key}")
+        found[key] = run_file
+    return found
+
+
 def _fedpick_command(data: dict, path: Path) -> str:
-    rounds = data["eval_rounds"]
-    every = rounds[0] if len(rounds) > 1 else data["rounds"]
-    command = (f"python benchmarks/fedpick_domains.py --arms {data['arm']} --seeds {data['seed']} "
-               f"--rounds {data['rounds']} --eval-every {every} --width {data['width']:g}")
-    if data.get("train_per_domain", 1000) != 1000:
-        command += f" --train-per-domain {data['train_per_domain']}"
-    if data.get("test_per_domain") is not None:  # not the full test sets
-        command += f" --test-per-domain {data['test_per_domain']}"
-    if list(data["domains"]) != list(_DOMAINS):  # not the script's default domains: its own folder too
-        command += f" --domains {' '.join(data['domains'])} --out {path.parent.relative_to(REPO)}"
-    return command
+    """The run file that writes this results file, with the file's seed."""
+    run_file = _fedpick_run_files().get((path.parent.relative_to(REPO).as_posix(), data["arm"]))
+    if run_file is None:
+        raise ValueError(f"{path}: no run file under benchmarks/paper/fedpick/ writes it")
+    return f"python benchmarks/fedpick_domains.py {run_file.relative_to(REPO).as_posix()} --seeds {data['seed']}"
 
 
 @dataclass(frozen=True)

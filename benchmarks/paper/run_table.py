@@ -16,6 +16,9 @@ with the results, it lets a fresh clone on another machine resume the run (check
 committed). Run files name their data folder as ``data_dir = "${PFLAX_DATASETS}"``; this script sets ``PFLAX_DATASETS`` to
 ``../shared/datasets`` beside the repository when it is unset. After the runs it regenerates the
 results pages (``benchmarks/results_pages.py``).
+
+FedPick's tables (``benchmarks/paper/fedpick/``) hold the run files of its cross-domain digits benchmark,
+``benchmarks/fedpick_domains.py``, which this script hands them to: each names its own results folder.
 """
 from __future__ import annotations
 
@@ -81,6 +84,26 @@ def finished_seeds(spec: RunSpec, out: Path) -> list[int]:
     return [s for s in spec.seeds if done(s, out / f"seed{s}")]
 
 
+def run_fedpick_table(table: Path, args: argparse.Namespace) -> int:
+    """A FedPick table: its run files go to ``benchmarks/fedpick_domains.py``, which runs the unfinished
+    (arm, seed) pairs, resumes checkpointed ones and summarises each results folder."""
+    import importlib.util
+
+    if args.rerun or args.pack:
+        raise SystemExit("--rerun and --pack apply to pflax run files; FedPick's runs are redone by removing "
+                         "their <arm>_seed<k>.json")
+    module = sys.modules.get("fedpick_domains")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("fedpick_domains", REPO / "benchmarks" / "fedpick_domains.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    run_files = [str(p) for p in cells(table) if not args.only or p.stem in args.only]
+    module.main(run_files)
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("table", nargs="?", help="<paper>/<table>, a folder under benchmarks/paper/")
@@ -102,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     table = TABLES / args.table
     if not table.is_dir():
         raise SystemExit(f"no table {args.table!r} under {TABLES}")
+    if table.parent.name == "fedpick":  # FedPick's run files are its cross-domain benchmark's own
+        return run_fedpick_table(table, args)
 
     for run_file in cells(table):
         if args.only and run_file.stem not in args.only:
