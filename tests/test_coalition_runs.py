@@ -1,6 +1,7 @@
 """Run files with ``members`` (a sub-federation) and ``coalitions`` (FedCollab's collaboration structure:
 each group trained as a federation of its own): the joined results equal the groups run one by one, a
 coalition run resumes and repeats from its run.toml, and bad groupings are refused by name."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -69,10 +70,10 @@ def test_bad_groupings_are_refused(fields, message):
 
 
 def test_fedcollab_run_files_use_the_solved_structure():
-    solved = json.loads((REPO / "benchmarks/results/fedcollab_fmnist/results.json").read_text())
-    structure = solved["methods"]["FedAvg + FedCollab"]["coalitions"]
+    solved = json.loads((REPO / "benchmarks/results/fedcollab_fmnist/results.json").read_text())["methods"]
+    structure = solved["FedAvg + FedCollab"]["coalitions"]
     files = sorted((REPO / "benchmarks/paper/fedcollab/fedcollab_table1_fmnist").glob("*__fedcollab.toml"))
-    assert len(files) == 6
+    assert len(files) == 7
     for path in files:
         spec = RunSpec.from_file(path)
         base = RunSpec.from_file(path.with_name(path.name.replace("__fedcollab", "")))
@@ -80,6 +81,32 @@ def test_fedcollab_run_files_use_the_solved_structure():
         # The same run as the base's cell, only split into the coalitions.
         assert {**spec.to_dict(), "seeds": None, "coalitions": None} == {**base.to_dict(), "seeds": None, "coalitions": None}, \
             path.name
+    # FedAvg's other structures: every client alone, and the two ablations' solutions.
+    paper = REPO / "benchmarks/paper/fedcollab"
+    fedavg = RunSpec.from_file(paper / "fedcollab_table1_fmnist/fedavg.toml")
+    for cell, key in (("fedcollab_table1_fmnist/local", "Local"),
+                      ("fedcollab_table3_fmnist/fedavg__ignore_quantities", "FedCollab, ignore quantities"),
+                      ("fedcollab_table3_fmnist/fedavg__ignore_distances", "FedCollab, ignore distances")):
+        spec = RunSpec.from_file(paper / f"{cell}.toml")
+        assert [list(g) for g in spec.coalitions] == solved[key]["coalitions"], cell
+        assert {**spec.to_dict(), "coalitions": None} == {**fedavg.to_dict(), "coalitions": None}, cell
+
+
+def test_a_coalition_run_file_trains_as_fedcollabs_train_coalitions(coalition_run):
+    """The run file's coalitions and :func:`pflax.algorithms.fedcollab.train_coalitions` (the solver
+    script's trainer) give every client the same accuracy, bit for bit."""
+    import jax
+
+    from pflax.algorithms import fedavg
+    from pflax.algorithms.fedcollab import train_coalitions
+    from pflax.experiment import build
+
+    out, joined = coalition_run
+    whole = RunSpec.from_file(out / "run.toml")
+    built = build(dataclasses.replace(whole, coalitions=None))  # the whole federation's data, model and Config
+    acc = train_coalitions(fedavg, np.array([0, 1, 0, 1]), built.model, built.train, built.test,
+                           jax.random.key(0), built.config, 2)
+    assert acc.tolist() == joined["final_per_client"]
 
 
 def test_resuming_several_seeds_starts_the_seeds_not_reached_yet(tmp_path):

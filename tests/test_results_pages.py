@@ -15,7 +15,10 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from pflax.metrics import ipr_rsd
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "results"
@@ -647,3 +650,22 @@ def test_a_seed_in_progress_waits_outside_the_mean(tmp_path, monkeypatch):
     assert cell.pending == [(1, 30)] and cell.missing_seeds == [2]
     assert "seed 1 in progress (round 30), not in the mean yet" in cell.status
     assert "seed 2 of the run file's 3 not run yet" in cell.status
+
+
+def test_fedcollab_ipr_and_rsd_are_those_of_the_committed_runs():
+    """IPR and RSD of FedAvg's FedCollab cells (``against_local.json``) are recomputed from the cell's and the
+    Local cell's committed per-client accuracies, every run finished at the paper's 200 rounds."""
+    gen = _generator()
+    local_folder = gen._COLLAB_CELLS["Local"][0]
+    local = json.loads((REPO / "benchmarks/results" / local_folder / "results.json").read_text())
+    assert local["status"] == "finished" and local["rounds_completed"] == 200
+    for key, (folder, _) in gen._COLLAB_CELLS.items():
+        if key == "Local":
+            continue
+        ours = json.loads((REPO / "benchmarks/results" / folder / "results.json").read_text())
+        assert ours["status"] == "finished" and ours["rounds_completed"] == 200 == ours["run"]["rounds"], key
+        derived = json.loads((REPO / "benchmarks/results" / folder / "against_local.json").read_text())
+        assert derived["local"] == f"benchmarks/results/{local_folder}/results.json"
+        assert derived["cell"] == f"benchmarks/results/{folder}/results.json"
+        ipr, rsd = ipr_rsd(np.asarray(ours["final_per_client"]), np.asarray(local["final_per_client"]))
+        assert (derived["IPR"], derived["RSD"], derived["rounds_completed"]) == (ipr, rsd, 200), key
