@@ -234,8 +234,8 @@ FEDPAC_TABLE1 = Page(
         "FedAvg; their numbers are their own evaluation applied to the FedAvg run's global model "
         "(`benchmarks/fedavg_family_eval.py` for seed 0, which reproduces their direct runs exactly at the "
         "rounds both have; `benchmarks/evaluate_variant.py` for the other seeds). FedAvg, and so FedAvg-FT, "
-        "the paper's best baseline here, have three seeds; FedPAC's three are Table 2's full method "
-        "(`fedpac_table2.md`)."),
+        "the paper's best baseline here, have three seeds; so has FedPAC, whose row is Table 2's full method "
+        "(`fedpac_table2.md`, run file `benchmarks/paper/fedpac/table2_fmnist/both.toml`)."),
     sections=(
         Section("20 clients, full participation", _fedpac_t1(FMNIST20, [
             ("Local-only", "table1_fmnist/local_only", "pflax"),
@@ -252,7 +252,7 @@ FEDPAC_TABLE1 = Page(
             ("Ditto", "table1_fmnist/ditto", "pflax"),
             ("FedFomo", "table1_fmnist/fedfomo", "pflax"),
             ("pFedHN", "table1_fmnist/pfedhn", "pflax"),
-            ("FedPAC", "fedpac_fmnist/both", "pflax"),
+            ("FedPAC", "table2_fmnist/both", "pflax", "fedpac/table2_fmnist/both.toml"),
         ]), paper_rounds=200, note=APFL_T1_DIAGNOSIS),
         Section("APFL: which model alpha weighs", (
             Row("APFL, alpha 0.25 on the personal model (the cell above)", ("table1_fmnist/apfl",), FINAL,
@@ -314,7 +314,7 @@ FEDPAC_TABLE2 = Page(
             fedpac_from="The earlier runs, each arm at its last round"),
         Section("The earlier runs, each arm at its last round", tuple(
             Row(label, ("fedpac_fmnist/" + folder,), FINAL, (*T2_PAPER, f"FedPAC[{arm}]", "acc"),
-                repeat_of="fedpac_table1.md" if arm == "Both" else None, superseded_by="table2_fmnist/" + folder)
+                superseded_by="table2_fmnist/" + folder)
             for label, folder, arm in ABLATION_ARMS)
         , paper_rounds=200,
             note="An arm is counted here until its 200-round run above has results, then only there."),
@@ -380,7 +380,7 @@ FEDPAC_TABLE4 = Page(
              "fedpac/table1_fmnist/fedem_ft__m_3.toml"),
             ("FedEM (M=5)", "table1_fmnist/fedem__m_5", "pflax", "fedpac/table1_fmnist/fedem__m_5.toml"),
             ("FedEM-FT (M=5)", "table1_fmnist/fedem_ft__m_5", "pflax", "fedpac/table1_fmnist/fedem_ft__m_5.toml"),
-        ]) + (Row("FedPAC", ("fedpac_fmnist/both",), FINAL, ("FedPAC", "4", FMNIST20, "FedPAC (ours)", "acc"),
+        ]) + (Row("FedPAC", ("table2_fmnist/both",), FINAL, ("FedPAC", "4", FMNIST20, "FedPAC (ours)", "acc"),
                   repeat_of="fedpac_table1.md"),), paper_rounds=200, note=FEDEM_T4_DIAGNOSIS),
         Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
             ("FedProx", "table1_fmnist_100clients/fedprox", "pflax", T1_100 + "fedprox.toml"),
@@ -419,7 +419,7 @@ FEDPAC_TABLE5 = Page(
                 ("FedPAC", "5", "FMNIST/20clients", "FedAvg-FT", "acc"), kind="fedavg_eval",
                 repeat_of="fedpac_table1.md"),
         ), after=(
-            Row("FedPAC", ("fedpac_fmnist/both",), FINAL, ("FedPAC", "5", "FMNIST/20clients", "FedPAC", "acc"),
+            Row("FedPAC", ("table2_fmnist/both",), FINAL, ("FedPAC", "5", "FMNIST/20clients", "FedPAC", "acc"),
                 repeat_of="fedpac_table1.md"),)),
     ),
 )
@@ -1470,24 +1470,32 @@ SAME_ROUND_TEXT = (
     "**Same-round comparison.** Each counted shorter run or run in progress more than 1.5 points from the "
     "paper, beside "
     "a complete FedPAC run of the same setting, the section's own or, while that one is still running, the "
-    "one its FedPAC src names, read at the same round (`" + SAME_ROUND_EXPR + "` of FedPAC's results file) "
+    "one its FedPAC src names, read at the same round (`" + SAME_ROUND_EXPR + "` of FedPAC's results file of "
+    "the same seed) "
     "and at its last round: FedPAC's later gain is how much the run's length alone costs FedPAC here. A gap "
     "much wider than that gain is more than truncation: the method learns more slowly than FedPAC, or its "
     "rule differs.")
 
 
 def fedpac_run(cells: list[Cell]) -> Cell | None:
-    """The complete one-file FedPAC run among ``cells``: the row named FedPAC, or an ablation's full method
-    (a row named "... (FedPAC)")."""
+    """The complete FedPAC cell among ``cells``: the row named FedPAC, or an ablation's full method (a row
+    named "... (FedPAC)")."""
     for c in cells:
-        if (c.row.method == "FedPAC" or c.row.method.endswith("(FedPAC)")) and c.complete and len(c.files) == 1:
+        if (c.row.method == "FedPAC" or c.row.method.endswith("(FedPAC)")) and c.complete and c.files:
             return c
     return None
 
 
+def _fedpac_file_for(fedpac: Cell, short: Cell) -> Path:
+    """FedPAC's results file of the shorter run's seed (the same data and initialisation), else its first."""
+    seed = short.seeds[0] if short.seeds else None
+    return fedpac.files[fedpac.seeds.index(seed)] if seed in fedpac.seeds else fedpac.files[0]
+
+
 def same_round_rows(cells: list[Cell], section: Section, page_sections=()) -> list[list[str]]:
     """Rows of the same-round comparison: every counted single-length shorter run or run in progress more
-    than 1.5 points from the paper, against the section's complete one-file FedPAC run at the same round,
+    than 1.5 points from the paper, against the section's complete FedPAC run (its file of the same seed) at
+    the same round,
     or, when it has none, that of the section ``section.fedpac_from`` names among ``page_sections`` (the
     page's ``(Section, cells)``)."""
     fedpac = fedpac_run(cells)
@@ -1498,14 +1506,15 @@ def same_round_rows(cells: list[Cell], section: Section, page_sections=()) -> li
         fedpac = fedpac_run(other)
     if fedpac is None:
         return []
-    data = json.loads(fedpac.files[0].read_text())
-    evaluated = {e["round"] for e in data["personalized_history"]}
-    end = max(evaluated)
     rows = []
     for c in cells:
-        short = (c.status.startswith(("shorter run", "in progress")) and len(set(c.rounds)) == 1
-                 and c.rounds[0] in evaluated)
-        if not (short and counted(c, section) and abs(c.gap) > FAR):
+        if not (c.status.startswith(("shorter run", "in progress")) and len(set(c.rounds)) == 1
+                and counted(c, section) and abs(c.gap) > FAR):
+            continue
+        data = json.loads(_fedpac_file_for(fedpac, c).read_text())
+        evaluated = {e["round"] for e in data["personalized_history"]}
+        end = max(evaluated)
+        if c.rounds[0] not in evaluated:
             continue
         then, last = (evaluate(SAME_ROUND_EXPR.format(round=r), data) for r in (c.rounds[0], end))
         rows.append([c.row.method, c.ref, str(c.rounds[0]), f"{c.gap:+.2f}", fmt(then), fmt(last),

@@ -80,6 +80,11 @@ def _without_diagnosis_sections(text: str) -> str:
     return "\n## ".join(part for part in text.split("\n## ") if mark not in part)
 
 
+def _seed(data: dict) -> int:
+    """The seed a results file records (a run file's ``seed``; the earlier CLI's ``args.seed``)."""
+    return data["seed"] if "seed" in data else data.get("args", {}).get("seed", 0)
+
+
 def walk(data, path: str):
     for token in re.findall(r'\[[^\]]*\]|[^.\[\]]+', path):
         if token.startswith('["'):
@@ -205,7 +210,12 @@ def check_page(text: str, paper: dict) -> tuple[list[str], int]:
                 errors.append(f"{where}: method, gap or round differ from its row in the results table")
             if not cell["status"].startswith(("shorter run", "in progress")) or abs(float(cell["gap"])) <= 1.5:
                 errors.append(f"{where}: not a shorter run or run in progress more than 1.5 points from the paper")
-            (path,) = [REPO / f.strip("`") for f in fedpac["results file(s)"].split("<br>")]
+            # FedPAC's file of the shorter run's seed (same data and initialisation), else its only one.
+            short_files = [REPO / f.strip("`") for f in sources[row["src"]]["results file(s)"].split("<br>")]
+            (seed,) = {_seed(json.loads(f.read_text())) for f in short_files}
+            fedpac_files = {_seed(json.loads(f.read_text())): f
+                            for f in (REPO / f.strip("`") for f in fedpac["results file(s)"].split("<br>"))}
+            path = fedpac_files.get(seed, next(iter(fedpac_files.values())))
             data = json.loads(path.read_text())
             end = max(e["round"] for e in data["personalized_history"])
             then, last = (read(f"100 * mean(personalized_history[round={r}].accuracy)", data) for r in (int(row["at round"]), end))
@@ -287,7 +297,7 @@ def _edit_cell(text: str, method: str, column: str, new: str) -> str:
     raise AssertionError(f"no row {method!r}")
 
 
-@pytest.mark.parametrize("column,new", [("ours", "91.63"), ("paper", "91.84"), ("gap", "-0.20"), ("seeds", "2")])
+@pytest.mark.parametrize("column,new", [("ours", "91.63"), ("paper", "91.84"), ("gap", "-0.20"), ("seeds", "7")])
 def test_an_edited_number_is_caught(column, new):
     text = (DOCS / "fedpac_table1.md").read_text()
     edited = _edit_cell(text, "FedPAC", column, new)
@@ -323,8 +333,9 @@ def test_an_edited_same_round_row_is_caught(column, edit):
 
 def test_a_wrong_field_is_caught():
     text = (DOCS / "fedpac_table1.md").read_text()
-    edited = text.replace("| s15 | `benchmarks/results/fedpac_fmnist/both/results.json` | `final_accuracy.mean` |",
-                          "| s15 | `benchmarks/results/fedpac_fmnist/both/results.json` | `final_accuracy.worst` |")
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("| s15 |")]  # FedPAC, 20 clients
+    assert "| `final_accuracy.mean` |" in line
+    edited = text.replace(line, line.replace("| `final_accuracy.mean` |", "| `final_accuracy.worst` |"))
     assert edited != text
     assert check_page(edited, paper_csv())[0]
 
@@ -669,3 +680,32 @@ def test_fedcollab_ipr_and_rsd_are_those_of_the_committed_runs():
         assert derived["cell"] == f"benchmarks/results/{folder}/results.json"
         ipr, rsd = ipr_rsd(np.asarray(ours["final_per_client"]), np.asarray(local["final_per_client"]))
         assert (derived["IPR"], derived["RSD"], derived["rounds_completed"]) == (ipr, rsd, 200), key
+
+
+# README headline rows that quote a results page: (the row's first cell, page, section, method).
+README_QUOTES = (
+    ("FedPAC, Fashion-MNIST, 20 clients, 200 rounds", "fedpac_table1.md", "20 clients, full participation", "FedPAC"),
+    ("FedPAC, Fashion-MNIST, 100 clients, C = 0.3", "fedpac_table1.md", "100 clients, participation C = 0.3",
+     "FedPAC"),
+    ("FedAvg + FedCollab, label-shift Fashion-MNIST, 20 clients", "fedcollab_table1.md", "Acc", "FedAvg + FedCollab"),
+    ("FedPick, MNIST client of cross-domain digits, 30 of 300 rounds", "fedpick_table2.md", "MNIST", "FedPick"),
+)
+
+
+def _section_rows(page: str, title: str) -> list[dict]:
+    part = (DOCS / page).read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    (table,) = [t for t in parse_tables(part) if t["header"][:2] == ["method", "ours"]]
+    return table["rows"]
+
+
+@pytest.mark.parametrize("quote", README_QUOTES, ids=lambda q: q[0])
+def test_readme_headline_numbers_are_the_results_pages(quote):
+    """Each README headline number is the page's cell: the same mean (and ± std), seeds and paper number."""
+    label, page, section, method = quote
+    (line,) = [ln for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith(f"| {label} |")]
+    ours, reference = [c.strip() for c in line.strip("|").split("|")][1:3]
+    (row,) = [r for r in _section_rows(page, section) if r["method"] == method]
+    assert ours.startswith(f"{row['ours']} %"), (ours, row["ours"])
+    seeds = int(row["seeds"])
+    assert f"{seeds} seed" in ours or seeds == 1 and "seed" not in ours, (ours, seeds)
+    assert reference.startswith(f"paper {row['paper']} %"), (reference, row["paper"])
