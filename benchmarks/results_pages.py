@@ -1035,7 +1035,7 @@ def evaluate(expr: str, data) -> float:
 # the CNN), measured on the project's 2-core CPU: its seconds per round (the seconds its rounds and
 # evaluations took, over every session, / rounds; compilation included) are the basis of every estimate for that method.
 TIMING_REFERENCE = {
-    "fedpac": "fedpac_fmnist/both/results.json",
+    "fedpac": "table2_fmnist/both/seed1/results.json",
     "local_only": "table1_fmnist/local_only/results.json",
     "fedavg": "table1_fmnist/fedavg/seed0/results.json",
     "fedavg_ft": "table1_fmnist/fedavg_ft/results.json",
