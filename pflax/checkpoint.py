@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import tarfile
 import tempfile
@@ -274,16 +275,25 @@ def _config_defaults(state) -> dict:
 def _manager(directory: Path, *, read_only: bool, max_to_keep: int | None = None):
     import orbax.checkpoint as ocp
 
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep,
-        create=not read_only,
-        read_only=read_only,
-        # synchronous: save() returns only once the step is complete on disk
-        enable_async_checkpointing=False,
-        # a process killed mid-save leaves a temporary directory; drop it on the next save
-        cleanup_tmp_directories=not read_only,
-    )
-    return ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
+    # orbax warns every time a read-only manager opens a directory, which is how this module reads
+    # checkpoints (a run packing each checkpoint printed two warnings per save); only those are hidden.
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    if read_only:
+        absl_logger.setLevel(logging.ERROR)
+    try:
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep,
+            create=not read_only,
+            read_only=read_only,
+            # synchronous: save() returns only once the step is complete on disk
+            enable_async_checkpointing=False,
+            # a process killed mid-save leaves a temporary directory; drop it on the next save
+            cleanup_tmp_directories=not read_only,
+        )
+        return ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
+    finally:
+        absl_logger.setLevel(level)
 
 
 def all_steps(directory) -> list[int]:

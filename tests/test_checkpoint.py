@@ -88,6 +88,20 @@ def test_restore_places_the_state_like_init(trained):
     assert all(isinstance(s, jax.sharding.NamedSharding) for s in want)
 
 
+def test_reading_a_checkpoint_logs_no_warnings(trained, caplog):
+    """Reading steps or restoring opens a read-only orbax manager, which warns each time; those warnings are
+    hidden (a run packing every checkpoint printed two per save), and the logger's level is restored."""
+    import logging
+
+    _, state, directory = trained
+    level = logging.getLogger("absl").level
+    with caplog.at_level(logging.WARNING):
+        assert checkpoint.latest_step(directory) == 2
+        checkpoint.restore(directory, state, run={"dataset": "tiny"})
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert logging.getLogger("absl").level == level
+
+
 def test_steps_and_max_to_keep(tmp_path):
     state = T.init(0)
     for r in range(4):
