@@ -85,7 +85,7 @@ def test_table_folder_names_are_unique_across_papers():
 
 
 def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
-    three = {_name(p) for p in RUN_FILES if len(RunSpec.from_file(p).seeds) == 3}
+    three = {_name(p) for p in RUN_FILES if len(RunSpec.from_file(p).seeds) >= 3}
     assert three == {
         "fedpac/table2_fmnist/both.toml",
         # Table 1's 20-client column: the best baseline, FedAvg-FT, is read from the FedAvg run (kNN-Per too).
@@ -100,7 +100,8 @@ def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
         "fedcollab/fedcollab_table1_fmnist/fednova.toml", "fedcollab/fedcollab_table2_fmnist/fedcluster.toml",
         "fedcollab/fedcollab_table2_fmnist/kmeans.toml",  # cheap: one local-training round, then FedAvg
         "fedcollab/fedcollab_table2_fmnist/kmeans__local_epochs_1.toml",
-        # The paper's spread over seeds is about as large as the first seed's gap for these three.
+        # The paper's spread over seeds is about as large as the first seed's gap for these three: five seeds,
+        # as the paper has (FedNova and pFedMe too).
         "fedcollab/fedcollab_table1_fmnist/finetune.toml", "fedcollab/fedcollab_table1_fmnist/perfedavg.toml",
         "fedcollab/fedcollab_table1_fmnist/ditto.toml",
         # Its first seed was 14.6 points above the paper: more seeds to tell noise from a difference.
