@@ -7,7 +7,7 @@ training, all on the FedBN Digits CNN with FedPick's SGD setting (lr 0.01, momen
 1 local epoch). Reported, as in the paper: the best test accuracy reached during training, per
 domain, mean (std) over seeds. Ablations (Table IV) are FedPick with one switch changed. Two diagnosis
 arms, not in the paper, run FedPer and FedRep with the encoder's BatchNorm kept local
-(``--arms fedper_local_bn fedrep_local_bn``).
+(``benchmarks/paper/fedpick/fedpick_table2_local_bn_check/``).
 
 Each cell's run file, ``benchmarks/paper/fedpick/<table>/<arm>.toml``, holds everything the run needs:
 the arm and its algorithm, seeds, rounds, evaluation and checkpoint intervals, the results folder, the
@@ -28,7 +28,7 @@ Deliberate differences from the paper in the committed run files, for a 2-core C
 model), 30 rounds against 300 (evaluated every 5), 3 seeds against 5, and our own offline domains instead
 of Digits-Five.
 
-Memory at ``--width 1`` (the paper's model): FedPick's personal part (the mask network, 8192 -> 4096 ->
+Memory at ``width = 1.0`` (the paper's model): FedPick's personal part (the mask network, 8192 -> 4096 ->
 8192, and two 8192-input heads) is ~100M parameters per client, so the five clients' state alone holds
 726M numbers (2.9 GB). Measured on the CPU (clients one at a time, the ``map`` strategy that ``auto``
 picks there): a round peaks at 15 GB resident with 256 test images per domain, and at 21 GB with the full
@@ -96,6 +96,14 @@ _TOP_KEYS = ("arm", "algorithm", "seeds", "rounds", "eval_every", "checkpoint_ev
 _TABLES = {"data": ("domains", "train_per_domain", "test_per_domain"), "model": ("width",)}
 
 
+def _require_exactly(keys, got: dict, where: str, fail) -> None:
+    """``fail`` naming the keys of ``keys`` missing from ``got`` and those of ``got`` not in ``keys``."""
+    missing, unknown = [k for k in keys if k not in got], sorted(set(got) - set(keys))
+    if missing or unknown:
+        fail(where + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
+                               + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+
+
 def read_run_file(path: str | os.PathLike) -> RunFile:
     """A FedPick-benchmark run file, every key required (the file alone says how the cell ran).
 
@@ -108,6 +116,7 @@ def read_run_file(path: str | os.PathLike) -> RunFile:
     import tomllib
 
     from pflax.algorithms import fedpick, leafwise
+    from pflax.experiment import RunError, make_config
 
     path = Path(path)
 
@@ -120,34 +129,21 @@ def read_run_file(path: str | os.PathLike) -> RunFile:
         fail(str(err))
     for where, keys, got in [("", _TOP_KEYS + tuple(_TABLES) + ("config",), table)] + [
             (f"[{name}] ", keys, table.get(name, {})) for name, keys in _TABLES.items()]:
-        missing = [k for k in keys if k not in got]
-        unknown = sorted(set(got) - set(keys))
-        if missing or unknown:
-            fail(f"{where}" + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
-                                        + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
+        _require_exactly(keys, got, where, fail)
     algorithm = table["algorithm"]
     config_cls = {"fedpick": fedpick.Config, "leafwise": leafwise.Config}.get(algorithm)
     if config_cls is None:
         fail(f"algorithm must be fedpick or leafwise, got {algorithm!r}")
-    names = [f.name for f in dataclasses.fields(config_cls) if f.name != "execution"]
-    written = table["config"]
-    missing, unknown = [n for n in names if n not in written], sorted(set(written) - set(names))
-    if missing or unknown:
-        fail("[config] " + "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
-                                      + ([f"unknown {', '.join(unknown)}"] if unknown else [])))
-    fields = {}
-    for name in names:
-        value = written[name]
-        if name == "sharing":
-            if not isinstance(value, dict) or set(value) != {"parts", "bn"}:
-                fail("[config] sharing must be {parts = [...], bn = true|false}")
-            value = leafwise.Sharing(tuple(value["parts"]), bn=value["bn"])
-        elif isinstance(value, list):
-            value = tuple(value)
-        fields[name] = value
+    # Every field is written out (the file alone says how the cell ran); the values are read, and their
+    # types checked, as a pflax run file's [config] is.
+    _require_exactly([f.name for f in dataclasses.fields(config_cls) if f.name != "execution"], table["config"],
+                     "[config] ", fail)
+    sharing = table["config"].get("sharing")
+    if sharing is not None and (not isinstance(sharing, dict) or set(sharing) != {"parts", "bn"}):
+        fail("[config] sharing must be {parts = [...], bn = true|false}")
     try:
-        config = config_cls(**fields)
-    except (TypeError, ValueError) as err:
+        config = make_config(config_cls, table["config"])
+    except RunError as err:
         fail(f"[config] {err}")
     data, test = table["data"], table["data"]["test_per_domain"]
     if test != "all" and not (isinstance(test, int) and test > 0):
@@ -224,8 +220,7 @@ def run_one(run: RunFile, seed: int, data) -> dict:
     result = {
         "arm": arm, "seed": seed, "domains": names, "rounds": run.rounds, "width": run.width,
         "train_per_domain": run.train_per_domain, "test_per_domain": run.test_per_domain,
-        "run_file": (run.path.resolve().relative_to(REPO).as_posix() if run.path.resolve().is_relative_to(REPO)
-                     else str(run.path)),
+        "run_file": _shown(run.path),
         "eval_rounds": rounds_evaluated, "accuracy_curve": curve.tolist(),
         "best_per_domain": curve.max(0).tolist(), "final_per_domain": curve[-1].tolist(),
         "seconds": time.time() - t0, "config": repr(config),
@@ -240,6 +235,12 @@ def run_one(run: RunFile, seed: int, data) -> dict:
         result["mask_overlap"] = fedpick.mask_overlap(freq).tolist()
         result["selected_fraction"] = (freq > 0.5).mean(1).tolist()
     return result
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it lies in it (as results files and pages name files)."""
+    path = path.resolve()
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
 
 
 def _longest_runs(out: Path, arm: str) -> list[dict]:
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
                       f"in {result['seconds']:.0f} s", flush=True)
                 summarize(run.out, list(MAIN_ARMS + ABLATIONS + DIAGNOSES))
     for out in sorted({run.out for run in runs}):
-        print(f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}:")
+        print(f"{_shown(out)}:")
         print(summarize(out, list(MAIN_ARMS + ABLATIONS + DIAGNOSES)))
 
 

@@ -833,9 +833,7 @@ def _fedpick_width1() -> tuple[Section, ...]:
                 for width, folder in (("0.125", "fedpick_domains_usps"), ("1", "fedpick_domains_width1")):
                     rows.append(Row(f"{label}, width {width}, {metric}", (f"{folder}/{arm}_seed0.json",), expr,
                                     paper if metric == "best over rounds" else None, kind="fedpick",
-                                    expect=(("domains", list(_USPS_DOMAINS)), ("width", float(width))),
-                                    missing="the FedPick benchmark is a script, not run files: the command is "
-                                            "in the USPS section's note"))
+                                    expect=(("domains", list(_USPS_DOMAINS)), ("width", float(width)))))
         sections.append(Section(f"{domain}: the paper's width-1 CNN beside width 0.125 (seed 0)", tuple(rows),
                                 paper_rounds=300, counted=False, diagnosis=True,
                                 why_not="a diagnosis of the width: one seed, 30 rounds, 2000 test images per "
@@ -1822,14 +1820,16 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                        fmt_duration(sum(all_runs.values()))])
     out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's length "
                   "(estimate)"], short_rows)
+    # Diagnosis sections repeat or vary the counted cells: their seeds are not listed again.
+    seed_cells = [(r, section, c) for r in rendered for section, cells in r.sections if not section.diagnosis
+                  for c in cells if c.missing_seeds or c.pending]
     seed_rows = [[f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, c.row.method,
                   f"{c.finished()} of {c.finished() + len(c.running()) + len(c.missing_seeds)}",
                   ", ".join(f"{k} (round {n})" for k, n in c.running()) or DASH,
                   ", ".join(map(str, c.missing_seeds)) or DASH,
                   (fmt_duration(c.missing_seeds_s) if c.missing_seeds_s else
                    "read from another cell's run" if c.missing_seeds else DASH)]
-                 for r in rendered for section, cells in r.sections if not section.diagnosis
-                 for c in cells if c.missing_seeds or c.pending]
+                 for r, section, c in seed_cells]
     if seed_rows:
         out += ["", "## Seeds not run yet", "",
                 "Cells that have finished runs for some of the seeds their run file lists (FedPAC and each table's "
@@ -1838,8 +1838,7 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                 "seed). The cell's number is the mean over its finished seeds: a seed in progress joins it when "
                 "it finishes. `run_table.py` runs only the missing seeds.", ""]
         seed_rows.append(["**all pages**", "", "", "", "", "",
-                          fmt_duration(sum(c.missing_seeds_s for r in rendered for section, cells in r.sections
-                                           if not section.diagnosis for c in cells))])
+                          fmt_duration(sum(c.missing_seeds_s for _, _, c in seed_cells))])
         out += table(["results page", "section", "cell", "seeds finished", "seeds in progress", "seeds not run yet",
                       "CPU time of those not run (estimate)"], seed_rows)
     out += ["", "## Pages", ""]

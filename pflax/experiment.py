@@ -438,16 +438,17 @@ def _coerce_field(name: str, default, value):
     raise RunError(f"{name} must be a {type(default).__name__}, got {value!r}")
 
 
-def make_config(algorithm: str, fields: dict, execution: str = "auto"):
+def make_config(algorithm: str | type, fields: dict, execution: str = "auto"):
     """The algorithm's ``Config`` from run-file values: unknown fields and wrong types are refused by name.
 
     Args:
-      algorithm: a registry name.
+      algorithm: a registry name, or a ``Config`` class itself (a rule outside the registry, such as
+        :class:`pflax.algorithms.leafwise.Config`).
       fields: ``Config`` field -> value (TOML types; lists become tuples, tables nested dataclasses).
       execution: the :class:`pflax.core.execution.Execution` strategy name.
 
     Returns:
-      ``REGISTRY[algorithm].Config(...)``.
+      ``REGISTRY[algorithm].Config(...)`` (or ``algorithm(...)``).
 
     >>> make_config("fedprox", {"prox_mu": 0.1}).prox_mu
     0.1
@@ -455,11 +456,17 @@ def make_config(algorithm: str, fields: dict, execution: str = "auto"):
     Traceback (most recent call last):
       ...
     pflax.experiment.RunError: fedprox has no config field 'mu'; its fields: alternating, averaged, ...
+    >>> from pflax.algorithms import leafwise
+    >>> make_config(leafwise.Config, {"sharing": {"parts": ["body"], "bn": True}}).sharing
+    Sharing(parts=('body',), bn=True)
     """
     from .algorithms import REGISTRY
     from .core.execution import Execution
 
-    config_cls = REGISTRY[algorithm].Config
+    if isinstance(algorithm, type):
+        config_cls, algorithm = algorithm, f"{algorithm.__module__.rsplit('.', 1)[-1]}.{algorithm.__name__}"
+    else:
+        config_cls = REGISTRY[algorithm].Config
     defaults = config_cls()
     names = {f.name for f in dataclasses.fields(config_cls)} - {"execution"}
     values = {}

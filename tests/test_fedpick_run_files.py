@@ -4,6 +4,7 @@ very run (rounds, width, domains, sizes) with the configuration the file recorde
 incomplete run file by name, and runs, skips and reruns (arm, seed) pairs as its run files say."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -24,6 +25,12 @@ def _benchmark():
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
     return sys.modules["fedpick_domains"]
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed() -> tuple:
+    """Every FedPick run file, read once for the tests that look through all of them."""
+    return tuple(map(_benchmark().read_run_file, RUN_FILES))
 
 
 def _name(path: Path) -> str:
@@ -62,8 +69,7 @@ def test_run_file_reads_and_cites_its_table(path):
 
 def test_each_results_folder_and_arm_has_one_run_file():
     writers = {}
-    for path in RUN_FILES:
-        run = _benchmark().read_run_file(path)
+    for path, run in zip(RUN_FILES, _parsed()):
         assert (run.out, run.arm) not in writers, f"{_name(path)} and {writers[run.out, run.arm]} write the same files"
         writers[run.out, run.arm] = _name(path)
 
@@ -72,7 +78,7 @@ def test_each_results_folder_and_arm_has_one_run_file():
 def test_each_committed_result_is_its_run_files_run(result):
     bench = _benchmark()
     data = json.loads(result.read_text())
-    runs = [r for r in map(bench.read_run_file, RUN_FILES) if r.out == result.parent and r.arm == data["arm"]]
+    runs = [r for r in _parsed() if r.out == result.parent and r.arm == data["arm"]]
     assert len(runs) == 1, f"{_name(result)}: {len(runs)} run files write it"
     run = runs[0]
     assert data["seed"] in run.seeds
