@@ -39,7 +39,9 @@ as a federation of its own, from the same initial model (FedCollab's collaborati
 al., ICML 2023, Section 4.3); its results folder holds one ``coalition<k>/`` run per group and a
 ``results.json`` that joins their clients' accuracies. Instead of fixed coalitions, a ``[structure]``
 table finds them before training: ``method = "kmeans"`` with ``clusters`` and ``local_epochs`` clusters
-the clients' local models (:mod:`pflax.algorithms.fedcollab.kmeans`); the groups found are recorded in
+the clients' local models (:mod:`pflax.algorithms.fedcollab.kmeans`), and ``method =
+"fedcollab_equal_distances"`` with ``distance`` (and ``c``, ``restarts``) runs FedCollab's solver, seeded
+with the run's seed, with every distance between two clients equal; the groups found are recorded in
 ``results.json``.
 
 Every results folder holds ``run.toml``, the *resolved* file (every default filled in, the algorithm's
@@ -128,7 +130,8 @@ class RunSpec:
       coalitions: groups of the partition's clients, each trained as a federation of its own from the
         same initial model; every client in exactly one group (None: one federation).
       structure: find the coalitions before training instead: ``{"method": "kmeans", "clusters": k,
-        "local_epochs": E}`` (:data:`STRUCTURES`); None: no search.
+        "local_epochs": E}`` or ``{"method": "fedcollab_equal_distances", "distance": d, "c": C,
+        "restarts": R}`` (:data:`STRUCTURES`); None: no search.
 
     >>> spec = RunSpec.from_toml('algorithm = "ditto"\\n[config]\\nprox_mu = 0.5\\n').resolved()
     >>> spec.rounds, spec.partition["clients"], spec.config["prox_mu"], spec.model["name"]
@@ -366,8 +369,14 @@ class RunSpec:
         return out
 
 
-# The searches a run file's [structure] table can name, with their parameters' defaults.
-STRUCTURES = {"kmeans": {"clusters": 3, "local_epochs": 1}}
+# The searches a run file's [structure] table can name, with their parameters' defaults (None: the run
+# file must give it). ``kmeans`` clusters the clients' local models; ``fedcollab_equal_distances`` is
+# FedCollab's solver when every off-diagonal distance is ``distance`` (its Table 3 "ignore distances"
+# ablation), seeded with the run's seed as the official code seeds it, so each seed breaks the ties its own way.
+STRUCTURES = {"kmeans": {"clusters": 3, "local_epochs": 1},
+              "fedcollab_equal_distances": {"distance": None, "c": 10.0, "restarts": 100}}
+# Parameters that are real numbers >= 0; every other one is a count, an integer >= 1.
+_REAL_STRUCTURE_PARAMETERS = {"distance", "c"}
 
 
 def _structure_parameters(table: dict) -> dict:
@@ -381,7 +390,13 @@ def _structure_parameters(table: dict) -> dict:
         raise RunError(f"[structure] {method} has no parameter {', '.join(unknown)} (it takes: {', '.join(defaults)})")
     params = {**defaults, **{k: v for k, v in table.items() if k != "method"}}
     for name, value in params.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if value is None:
+            raise RunError(f"[structure] {method} needs {name}")
+        if name in _REAL_STRUCTURE_PARAMETERS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < float("inf"):
+                raise RunError(f"[structure] {name} must be a finite number >= 0, got {value!r}")
+            params[name] = float(value)
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise RunError(f"[structure] {name} must be an integer >= 1, got {value!r}")
     return {"method": method, **params}
 
@@ -1043,8 +1058,9 @@ def find_structure(spec: RunSpec) -> dict:
       spec: a one-seed spec with ``structure`` (resolved here if it is not yet).
 
     Returns:
-      The search's record (:func:`pflax.algorithms.fedcollab.kmeans.structure` for ``kmeans``), with
-      ``coalitions``, the groups of the partition's clients.
+      The search's record (:func:`pflax.algorithms.fedcollab.kmeans.structure` for ``kmeans``; for
+      ``fedcollab_equal_distances`` the solver's ``assignment``, its ``objective`` and the client ``sizes``
+      it weighed), with ``coalitions``, the groups of the partition's clients.
 
     >>> spec = RunSpec("fedavg", config={"lr": 0.1}, data={"train_per_client": 20, "test_per_client": 20},
     ...                partition={"clients": 4}, model={"name": "mlp", "hidden": [8]},
@@ -1060,8 +1076,17 @@ def find_structure(spec: RunSpec) -> dict:
     spec = spec.resolved()
     seed = spec.seeds[0]
     _, num_classes, train, _ = _load_data(spec)
-    model = make_model(spec.model, tuple(train.x.shape[2:]), num_classes)
     params = spec.structure
+    if params["method"] == "fedcollab_equal_distances":
+        from .algorithms.fedcollab.solver import solve
+
+        sizes = np.asarray(train.sizes, np.float64)
+        n = len(sizes)
+        dist = np.where(np.eye(n, dtype=bool), 0.0, params["distance"])
+        found = solve(dist, sizes, params["c"], seed=seed, restarts=params["restarts"])
+        return {"method": params["method"], "assignment": found["assignment"].tolist(),
+                "coalitions": found["coalitions"], "objective": found["objective"], "sizes": sizes.tolist()}
+    model = make_model(spec.model, tuple(train.x.shape[2:]), num_classes)
     return kmeans.structure(jax.random.PRNGKey(seed), model, train, spec.config, params["clusters"],
                             params["local_epochs"], seed)
 

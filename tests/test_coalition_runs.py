@@ -81,15 +81,69 @@ def test_fedcollab_run_files_use_the_solved_structure():
         # The same run as the base's cell, only split into the coalitions.
         assert {**spec.to_dict(), "seeds": None, "coalitions": None} == {**base.to_dict(), "seeds": None, "coalitions": None}, \
             path.name
-    # FedAvg's other structures: every client alone, and the two ablations' solutions.
+    # FedAvg's other structures: every client alone, and the ignore-quantities ablation's solution.
     paper = REPO / "benchmarks/paper/fedcollab"
     fedavg = RunSpec.from_file(paper / "fedcollab_table1_fmnist/fedavg.toml")
     for cell, key in (("fedcollab_table1_fmnist/local", "Local"),
-                      ("fedcollab_table3_fmnist/fedavg__ignore_quantities", "FedCollab, ignore quantities"),
-                      ("fedcollab_table3_fmnist/fedavg__ignore_distances", "FedCollab, ignore distances")):
+                      ("fedcollab_table3_fmnist/fedavg__ignore_quantities", "FedCollab, ignore quantities")):
         spec = RunSpec.from_file(paper / f"{cell}.toml")
         assert [list(g) for g in spec.coalitions] == solved[key]["coalitions"], cell
         assert {**spec.to_dict(), "coalitions": None} == {**fedavg.to_dict(), "coalitions": None}, cell
+
+
+def test_the_ignore_distances_run_file_solves_with_the_mean_distance():
+    """The ignore-distances ablation finds its structure per seed ([structure]) from the off-diagonal mean of
+    the estimated distances; with seed 0 it is the structure the solver script found."""
+    from pflax.algorithms.fedcollab.solver import ablate
+
+    solver_run = json.loads((REPO / "benchmarks/results/fedcollab_fmnist/results.json").read_text())
+    dist = np.asarray(solver_run["distances"]["D"])
+    sizes = [2100] * 10 + [14] * 10
+    flat, _ = ablate(dist, sizes, "ignore_distances")
+    spec = RunSpec.from_file(REPO / "benchmarks/paper/fedcollab/fedcollab_table3_fmnist/fedavg__ignore_distances.toml")
+    assert spec.structure == {"method": "fedcollab_equal_distances", "distance": flat[0, 1], "c": solver_run["C"],
+                              "restarts": solver_run["restarts"]}
+    fedavg = RunSpec.from_file(REPO / "benchmarks/paper/fedcollab/fedcollab_table1_fmnist/fedavg.toml")
+    assert {**spec.to_dict(), "structure": None} == {**fedavg.to_dict(), "structure": None}
+    seed0 = json.loads((REPO / "benchmarks/results/fedcollab_table3_fmnist/fedavg__ignore_distances/seed0/"
+                                "results.json").read_text())
+    assert seed0["structure"]["sizes"] == sizes
+    assert seed0["coalitions"] == solver_run["methods"]["FedCollab, ignore distances"]["coalitions"]
+    # What the Table 3 page says of every seed: one large client of each large label group joins the small ones.
+    for path in sorted((REPO / "benchmarks/results/fedcollab_table3_fmnist/fedavg__ignore_distances").glob("seed*/results.json")):
+        (with_small,) = [g for g in json.loads(path.read_text())["coalitions"] if 10 in g]
+        assert sorted(with_small)[2:] == list(range(10, 20)), path
+        assert sorted(c // 5 for c in with_small[:2]) == [0, 1], path
+
+
+def test_an_equal_distance_structure_is_the_solvers_for_the_runs_seed(tmp_path):
+    """``fedcollab_equal_distances`` runs FedCollab's solver on the partition's client sizes, seeded with
+    the run's seed, and the run trains the coalitions it finds."""
+    from pflax.algorithms.fedcollab.solver import solve
+    from pflax.experiment import find_structure
+
+    table = {"method": "fedcollab_equal_distances", "distance": 0.3, "c": 2.0, "restarts": 3}
+    spec = RunSpec.from_dict({**BASE, "seeds": [1], "structure": table})
+    found = find_structure(spec)
+    sizes = found["sizes"]
+    assert sizes == [20.0] * 4
+    expected = solve(0.3 * (1 - np.eye(4)), sizes, 2.0, seed=1, restarts=3)
+    assert found["coalitions"] == expected["coalitions"] and found["objective"] == expected["objective"]
+    result = run(spec, tmp_path, progress=False, plots=False)
+    assert result["coalitions"] == found["coalitions"] and result["structure"] == found
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"method": "fedcollab_equal_distances"}, "needs distance"),
+    ({"method": "fedcollab_equal_distances", "distance": -0.1}, "distance must be a finite number >= 0"),
+    ({"method": "fedcollab_equal_distances", "distance": 0.5, "c": True}, "c must be a finite number >= 0"),
+    ({"method": "fedcollab_equal_distances", "distance": "far"}, "distance must be a finite number >= 0"),
+    ({"method": "fedcollab_equal_distances", "distance": 0.5, "restarts": 0}, "restarts must be an integer >= 1"),
+    ({"method": "fedcollab_equal_distances", "distance": 0.5, "clusters": 2}, "has no parameter clusters"),
+])
+def test_bad_equal_distance_structures_are_refused(table, message):
+    with pytest.raises(RunError, match=message):
+        RunSpec.from_dict({**BASE, "structure": table}).check()
 
 
 def test_a_coalition_run_file_trains_as_fedcollabs_train_coalitions(coalition_run):
