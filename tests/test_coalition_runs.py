@@ -114,6 +114,12 @@ def test_the_ignore_distances_run_file_solves_with_the_mean_distance():
         (with_small,) = [g for g in json.loads(path.read_text())["coalitions"] if 10 in g]
         assert sorted(with_small)[2:] == list(range(10, 20)), path
         assert sorted(c // 5 for c in with_small[:2]) == [0, 1], path
+        # And of IPR there: the clients left alone train exactly as in the Local run of the same seed.
+        result = json.loads(path.read_text())
+        local = json.loads((REPO / "benchmarks/results/fedcollab_table1_fmnist/local" / path.parent.name /
+                            "results.json").read_text())
+        alone = [g[0] for g in result["coalitions"] if len(g) == 1]
+        assert len(alone) == 8 and all(result["final_per_client"][c] == local["final_per_client"][c] for c in alone)
 
 
 def test_an_equal_distance_structure_is_the_solvers_for_the_runs_seed(tmp_path):
