@@ -1835,8 +1835,17 @@ def render_readme(rendered: list[RenderedPage]) -> str:
     out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's length "
                   "(estimate)"], short_rows)
     # Diagnosis sections repeat or vary the counted cells: their seeds are not listed again.
-    seed_cells = [(r, section, c) for r in rendered for section, cells in r.sections if not section.diagnosis
-                  for c in cells if c.missing_seeds or c.pending]
+    # Each run once: a cell repeated from another page, or another section's view of the same runs (the
+    # FedCollab page's large and small clients), is left out.
+    seed_cells, listed = [], set()
+    for r in rendered:
+        for section, cells in r.sections:
+            for c in cells:
+                runs = c.row.run_file or tuple(c.row.files)
+                if section.diagnosis or c.row.repeat_of or runs in listed or not (c.missing_seeds or c.pending):
+                    continue
+                listed.add(runs)
+                seed_cells.append((r, section, c))
     seed_rows = [[f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, c.row.method,
                   f"{c.finished()} of {c.finished() + len(c.running()) + len(c.missing_seeds)}",
                   ", ".join(f"{k} (round {n})" for k, n in c.running()) or DASH,
