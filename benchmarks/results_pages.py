@@ -888,10 +888,11 @@ FEDPICK_TABLE2 = Page(
 )
 
 def _wo_lce_at_round(limit: int) -> str:
-    """The w/o L_lce cell as its earlier run of ``limit`` rounds reported it: the best MNIST accuracy over
-    the evaluations up to that round, mean over the seeds' curves (the longer run repeats those rounds)."""
+    """The w/o L_lce cell as a run of ``limit`` rounds would give it: the best MNIST accuracy over the
+    committed runs' evaluations up to that round, mean over the seeds (a longer run's first rounds are those
+    of the shorter one)."""
     runs = [json.loads(p.read_text()) for p in sorted((RESULTS / "fedpick_domains").glob("wo_lce_seed*.json"))]
-    best = [max(curve[0] for r_, curve in zip(run["eval_rounds"], run["accuracy_curve"]) if r_ <= limit)
+    best = [max(curve[0] for round_, curve in zip(run["eval_rounds"], run["accuracy_curve"]) if round_ <= limit)
             for run in runs if run["domains"][0] == "mnist" and limit in run["eval_rounds"]]
     return f"{sum(best) / len(best):.2f}" if best else "not recorded"
 
@@ -1846,9 +1847,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                        fmt_duration(sum(all_runs.values()))])
     out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's length "
                   "(estimate)"], short_rows)
-    # Diagnosis sections repeat or vary the counted cells: their seeds are not listed again.
-    # Each run once: a cell repeated from another page, or another section's view of the same runs (the
-    # FedCollab page's large and small clients), is left out.
+    # Each run once: diagnosis sections (which repeat or vary the counted cells), a cell repeated from another
+    # page, and another section's view of the same runs (the FedCollab page's large and small clients) are left out.
     seed_cells, listed = [], set()
     for r in rendered:
         for section, cells in r.sections:

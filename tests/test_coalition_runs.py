@@ -111,11 +111,11 @@ def test_the_ignore_distances_run_file_solves_with_the_mean_distance():
     assert seed0["coalitions"] == solver_run["methods"]["FedCollab, ignore distances"]["coalitions"]
     # What the Table 3 page says of every seed: one large client of each large label group joins the small ones.
     for path in sorted((REPO / "benchmarks/results/fedcollab_table3_fmnist/fedavg__ignore_distances").glob("seed*/results.json")):
-        (with_small,) = [g for g in json.loads(path.read_text())["coalitions"] if 10 in g]
+        result = json.loads(path.read_text())
+        (with_small,) = [g for g in result["coalitions"] if 10 in g]
         assert sorted(with_small)[2:] == list(range(10, 20)), path
         assert sorted(c // 5 for c in with_small[:2]) == [0, 1], path
         # And of IPR there: the clients left alone train exactly as in the Local run of the same seed.
-        result = json.loads(path.read_text())
         local = json.loads((REPO / "benchmarks/results/fedcollab_table1_fmnist/local" / path.parent.name /
                             "results.json").read_text())
         alone = [g[0] for g in result["coalitions"] if len(g) == 1]

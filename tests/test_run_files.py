@@ -84,19 +84,21 @@ def test_table_folder_names_are_unique_across_papers():
     assert len(names) == len(set(names)), sorted(names)
 
 
+# Tables whose cells are cheap (an MLP): every one runs the five seeds the paper averages.
+FIVE_SEED_TABLES = ("fedcollab/fedcollab_table1_fmnist/", "fedcollab/fedcollab_table3_fmnist/")
+
+
 def test_fedcollab_tables_1_and_3_run_the_papers_five_seeds():
-    """Their cells are cheap (an MLP): every one runs the five seeds the paper averages."""
-    files = [p for p in RUN_FILES if _name(p).startswith(("fedcollab/fedcollab_table1_fmnist/",
-                                                          "fedcollab/fedcollab_table3_fmnist/"))]
+    files = [p for p in RUN_FILES if _name(p).startswith(FIVE_SEED_TABLES)]
     assert len(files) == 17
     for path in files:
         assert RunSpec.from_file(path).seeds == (0, 1, 2, 3, 4), _name(path)
 
 
 def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
-    """Beyond FedCollab's Tables 1 and 3 (all five seeds, the test above)."""
-    three = {_name(p) for p in RUN_FILES if len(RunSpec.from_file(p).seeds) >= 3
-             and not _name(p).startswith(("fedcollab/fedcollab_table1_fmnist/", "fedcollab/fedcollab_table3_fmnist/"))}
+    """Beyond the five-seed tables (the test above)."""
+    three = {_name(p) for p in RUN_FILES
+             if len(RunSpec.from_file(p).seeds) >= 3 and not _name(p).startswith(FIVE_SEED_TABLES)}
     assert three == {
         "fedpac/table2_fmnist/both.toml",
         # Table 1's 20-client column: the best baseline, FedAvg-FT, is read from the FedAvg run (kNN-Per too).
