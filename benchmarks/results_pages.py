@@ -1115,6 +1115,20 @@ def measured_seconds_per_round(data: dict) -> float | None:
     return None
 
 
+def measured_seconds_per_seed(data: dict) -> float | None:
+    """CPU seconds one finished seed of a cell took, from its own results file, or None when it records none.
+
+    A file of the experiment loop: its seconds per round (``measured_seconds_per_round``) times its rounds. A
+    seed trained in coalitions (FedCollab's structure, one ``coalition<k>/`` run each): its ``timing.total_s``,
+    the coalitions' rounds and evaluations together.
+    """
+    per_round = measured_seconds_per_round(data)
+    if per_round is not None and data.get("history"):
+        return per_round * (data.get("rounds_completed") or len(data["history"]))
+    total = data.get("timing", {}).get("total_s")
+    return float(total) if isinstance(total, (int, float)) else None
+
+
 def _seconds_per_round(algorithm: str) -> float:
     algorithm = TIMING_STAND_IN.get(algorithm, algorithm)
     return measured_seconds_per_round(json.loads((RESULTS / TIMING_REFERENCE[algorithm]).read_text()))
@@ -1311,7 +1325,12 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                 if row.kind == "fedavg_eval":  # read from another cell's run: only an evaluation to go
                     cell.status += listed + "read from the other cell's run of the same seeds once it has them"
                 else:
-                    cell.missing_seeds_s = est["seconds"] * len(cell.missing_seeds) / est["seeds"]
+                    # The cell's own finished seeds measure a seed better than a scaled run of another setting
+                    # (a coalition run, for one, compiles once per coalition).
+                    measured = [s for s in (measured_seconds_per_seed(json.loads(f.read_text())) for f in files)
+                                if s is not None]
+                    per_seed = statistics.median(measured) if measured else est["seconds"] / est["seeds"]
+                    cell.missing_seeds_s = per_seed * len(cell.missing_seeds)
                     cell.status += listed + f"about {fmt_duration(cell.missing_seeds_s)} of CPU"
         if files and not cell.complete and not section.same_round:
             cell.to_go = _to_go(files, cell, section)
@@ -1868,9 +1887,9 @@ def render_readme(rendered: list[RenderedPage]) -> str:
     if seed_rows:
         out += ["", "## Seeds not run yet", "",
                 "Cells that have finished runs for some of the seeds their run file lists (FedPAC and each table's "
-                "best baseline have three), the seeds in progress, and the CPU time of those not run yet (estimated "
-                "as above; a cell read from another cell's run costs only an evaluation once that run has the "
-                "seed). The cell's number is the mean over its finished seeds: a seed in progress joins it when "
+                "best baseline have three), the seeds in progress, and the CPU time of those not run yet (the median "
+                "of the cell's finished seeds as their results files time them, else estimated as above; a cell "
+                "read from another cell's run costs only an evaluation once that run has the seed). The cell's number is the mean over its finished seeds: a seed in progress joins it when "
                 "it finishes. `run_table.py` runs only the missing seeds.", ""]
         seed_rows.append(["**all pages**", "", "", "", "", "",
                           fmt_duration(sum(c.missing_seeds_s for _, _, c in seed_cells))])

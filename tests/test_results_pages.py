@@ -667,6 +667,36 @@ def test_a_seed_in_progress_waits_outside_the_mean(tmp_path, monkeypatch):
     assert "seed 2 of the run file's 3 not run yet" in cell.status
 
 
+def test_missing_seeds_are_timed_by_the_cells_finished_seeds(tmp_path, monkeypatch):
+    """The CPU time of a cell's seeds not run yet is the median of its finished seeds' own time (a seed of the
+    experiment loop: its typical round times its rounds; a seed trained in coalitions: its ``timing.total_s``),
+    not the scaled estimate of another setting, which serves only a cell with no timed seed."""
+    gen = _generator()
+    real = gen.expand
+    monkeypatch.setattr(gen, "expand", lambda pattern: sorted(tmp_path.glob(f"{pattern}/seed*/results.json"))
+                        if pattern.startswith("cell") else real(pattern))
+    base = {"rounds_completed": 200, "run": {"rounds": 200}, "command": "demo", "final_accuracy": {"mean": 90.0},
+            "personalized_history": [{"round": 200, "accuracy": [0.9]}]}
+    history = [{"round": r, "seconds": 3.0} for r in range(1, 201)]
+    for seed, data in ((0, {"history": history}), (1, {"timing": {"total_s": 900.0}}),
+                       (2, {"timing": {"total_s": 1500.0}})):
+        path = tmp_path / "cell_timed" / f"seed{seed}" / "results.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({**base, "seed": seed, **data}))
+    path = tmp_path / "cell_untimed" / "seed0" / "results.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**base, "seed": 0}))
+    run_file = "fedcollab/fedcollab_table1_fmnist/ditto__fedcollab.toml"  # seeds 0 to 4
+    rows = (gen.Row("timed", ("cell_timed",), gen.FINAL, None, run_file=run_file),
+            gen.Row("untimed", ("cell_untimed",), gen.FINAL, None, run_file=run_file))
+    (timed, untimed), _ = gen.read_section(gen.Section("demo", rows, paper_rounds=200), {}, [])
+    assert timed.missing_seeds == [3, 4] and untimed.missing_seeds == [1, 2, 3, 4]
+    assert timed.missing_seeds_s == pytest.approx(2 * 900.0)  # the median of 600, 900 and 1500 s
+    assert "seeds 3, 4 of the run file's 5 not run yet, about 30 min of CPU" in timed.status
+    estimate = gen.cpu_estimate(run_file)
+    assert untimed.missing_seeds_s == pytest.approx(4 * estimate["seconds"] / estimate["seeds"])
+
+
 def test_fedcollab_ipr_and_rsd_are_those_of_the_committed_runs():
     """IPR and RSD of FedAvg's FedCollab cells (``against_local.json``, one per seed) are recomputed from the
     cell's and the Local cell's committed per-client accuracies of the same seed, every run finished at the
