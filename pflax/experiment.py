@@ -1126,7 +1126,7 @@ def _resumable(resume: bool, out: Path) -> bool:
 def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[dict] = None,
                     written: Optional[RunSpec] = None, **options: Any) -> dict:
     """:func:`run` of a spec with ``coalitions``: one run per coalition into ``out/coalition<k>/`` (each
-    resumed from its own checkpoints), then ``out/results.json`` with every client's accuracy. With a
+    resumed from its own checkpoints; when resuming, one already finished is kept as it is), then ``out/results.json`` with every client's accuracy. With a
     ``structure`` search's record, ``written`` (the spec with its ``[structure]``) is the run file kept."""
     from .metrics import summarize
 
@@ -1140,7 +1140,10 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[d
     for k, members in enumerate(spec.coalitions):
         sub_out = out / f"coalition{k}"
         sub = dataclasses.replace(spec, coalitions=None, members=tuple(members))
-        parts.append(run(sub, sub_out, resume=_resumable(resume, sub_out), **options))
+        # A resumed run keeps a coalition that already finished (its checkpoints may be gone, as in a
+        # fresh clone): training it again would cost its rounds and could replace its committed results.
+        done = finished_result(sub, sub_out) if resume else None
+        parts.append(done if done is not None else run(sub, sub_out, resume=_resumable(resume, sub_out), **options))
     # Every client's accuracy and test size, in the partition's client order.
     per_client, test_sizes = np.zeros(spec.partition["clients"]), np.zeros(spec.partition["clients"])
     for members, part in zip(spec.coalitions, parts):

@@ -3,6 +3,7 @@ each group trained as a federation of its own): the joined results equal the gro
 coalition run resumes and repeats from its run.toml, and bad groupings are refused by name."""
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,32 @@ def test_a_coalition_run_repeats_from_its_run_file_and_resumes(coalition_run, tm
     assert again["final_per_client"] == joined["final_per_client"]
     resumed = run(RunSpec.from_file(out / "run.toml"), out, resume=True, progress=False, plots=False)
     assert resumed["final_per_client"] == joined["final_per_client"]
+
+
+def test_resuming_keeps_the_coalitions_already_finished(tmp_path, monkeypatch):
+    """A fresh clone has a finished coalition's results but not its checkpoints: resuming the seed keeps
+    them as they are and trains only the coalitions not finished (it used to train them all again)."""
+    import pflax.experiment as experiment
+
+    out = tmp_path / "run"
+    spec = RunSpec.from_dict({**BASE, "coalitions": [[0, 2], [1, 3]]})
+    whole = run(spec, out, progress=False, plots=False)
+    for checkpoints in list(out.rglob("checkpoints")):
+        shutil.rmtree(checkpoints)
+    kept = (out / "coalition0" / "results.json").read_bytes()
+    unfinished = json.loads((out / "coalition1" / "results.json").read_text())
+    (out / "coalition1" / "results.json").write_text(json.dumps({**unfinished, "status": "running"}))
+    trained, original = [], experiment.run
+
+    def counting_run(one, *args, **kwargs):
+        trained.append(one.members)
+        return original(one, *args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run", counting_run)
+    resumed = original(spec, out, resume=True, progress=False, plots=False)
+    assert trained == [(1, 3)]
+    assert (out / "coalition0" / "results.json").read_bytes() == kept
+    assert resumed["status"] == "finished" and resumed["final_per_client"] == whole["final_per_client"]
 
 
 def test_restrict_renumbers_and_trims_the_padding():
