@@ -1332,7 +1332,8 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                     per_seed = statistics.median(measured) if measured else est["seconds"] / est["seeds"]
                     cell.missing_seeds_s = per_seed * len(cell.missing_seeds)
                     cell.status += listed + f"about {fmt_duration(cell.missing_seeds_s)} of CPU"
-        if files and not cell.complete and not section.same_round:
+        # A superseded run needs no more rounds: the later run of the same paper cell has them.
+        if files and not cell.complete and not section.same_round and not cell.superseded:
             cell.to_go = _to_go(files, cell, section)
             if cell.to_go is not None:
                 target = max(section.paper_rounds, *cell.planned)
@@ -1718,13 +1719,13 @@ def not_run(cells: list[Cell]) -> dict:
 
 
 def unfinished(cells: list[Cell]) -> dict:
-    """Shorter runs and runs in progress (repeats of another page's cell left out): how many, how many of
+    """Shorter runs and runs in progress (repeats of another page's cell and superseded runs left out): how many, how many of
     them have an estimate, and the CPU seconds their runs need to reach their length, each run counted once
     (one FedPick run gives a cell in every domain's section)."""
     out = {"cells": 0, "estimated": 0, "seconds": 0.0}
     runs = {}
     for c in cells:
-        if not c.files or c.complete or c.row.repeat_of or c.status.startswith("read at round"):
+        if not c.files or c.complete or c.row.repeat_of or c.superseded or c.status.startswith("read at round"):
             continue
         out["cells"] += 1
         if c.to_go is not None:
@@ -1846,7 +1847,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                  cost_rows)
     out += ["", "## Cells shorter than the paper's run", "",
             "Cells whose runs stopped before the paper's number of rounds (shorter runs) or are still going (runs "
-            "in progress), and the CPU time their runs need to get there, all seeds included and each run counted "
+            "in progress; a run superseded by a later run of the same cell is left out), and the CPU time their "
+            "runs need to get there, all seeds included and each run counted "
             "once (a FedPick run gives a cell in every domain's section), at each run's own seconds per round (as "
             "above): a run in progress resumes from the packed checkpoint committed beside its results "
             "(`checkpoint.tar.gz`, which `run_table.py` keeps while a run is unfinished), any other run starts "
