@@ -225,6 +225,52 @@ def test_run_table_leaves_finished_seeds_alone(tmp_path, monkeypatch, capsys):
     assert run_table.finished_seeds(spec, cell) == [0, 1]
 
 
+def test_run_table_runs_only_the_seeds_asked_for(tmp_path, monkeypatch, capsys):
+    """``--seeds`` trains the chosen seeds of a cell into the folders the whole cell gives them, with the same
+    results as the whole cell's run; a seed the run file does not list is refused by name, nothing trained."""
+    from pflax import experiment
+    from pflax.experiment import RunSpec
+
+    run_table = _run_table()
+    table = tmp_path / "paper" / "demo" / "table9_demo"
+    table.mkdir(parents=True)
+    spec = RunSpec.from_dict(dict(algorithm="fedavg", seeds=[0, 1, 2], rounds=1, config={"local_epochs": 1},
+                                  data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 2},
+                                  model={"name": "mlp", "hidden": [8]}))
+    (table / "cell.toml").write_text(spec.to_toml())
+    trained = []
+    real_run = experiment.run
+
+    def counting_run(one, out, **options):
+        trained.append((one.seeds, Path(out).name))
+        return real_run(one, out, **{**options, "plots": False})
+
+    monkeypatch.setattr(experiment, "run", counting_run)
+    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
+    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run_table, "REPO", tmp_path)
+    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+
+    assert run_table.main(["demo/table9_demo", "cell", "--quiet", "--seeds", "2", "9"]) == 0
+    assert trained == [] and "seeds [9] are not among the run file's seeds [0, 1, 2]" in capsys.readouterr().out
+
+    assert run_table.main(["demo/table9_demo", "cell", "--quiet", "--seeds", "2", "1"]) == 0
+    assert trained == [((1,), "seed1"), ((2,), "seed2")]
+    cell = tmp_path / "results" / "table9_demo" / "cell"
+    assert run_table.finished_seeds(spec, cell) == [1, 2]
+    whole = experiment.run_all(spec, tmp_path / "whole", progress=False, plots=False)
+    for seed in (1, 2):
+        split = json.loads((cell / f"seed{seed}" / "results.json").read_text())
+        assert split["final_per_client"] == whole[seed]["final_per_client"]
+        assert (cell / f"seed{seed}" / "run.toml").read_text() == (tmp_path / "whole" / f"seed{seed}" / "run.toml").read_text()
+
+    trained.clear()
+    assert run_table.main(["demo/table9_demo", "cell", "--quiet", "--seeds", "1"]) == 0
+    assert trained == [] and "finished; --rerun trains it again" in capsys.readouterr().out
+    assert run_table.main(["demo/table9_demo", "--quiet"]) == 0  # the whole cell: only seed 0 is left
+    assert trained == [((0,), "seed0")]
+
+
 def _adopt():
     spec = importlib.util.spec_from_file_location("adopt_checkpoint", TABLES / "adopt_checkpoint.py")
     module = importlib.util.module_from_spec(spec)

@@ -2,6 +2,7 @@
 
     python benchmarks/paper/run_table.py fedpac/table1_fmnist_100clients          # every cell, resumable
     python benchmarks/paper/run_table.py fedpac/table1_fmnist_100clients fedavg   # some cells only
+    python benchmarks/paper/run_table.py fedpac/table3_fmnist fedpac --seeds 0    # one seed of a cell
     python benchmarks/paper/run_table.py --list                                   # the tables and cells
 
 A table is a folder ``benchmarks/paper/<paper>/<table>/`` of run files, one per cell
@@ -84,14 +85,28 @@ def finished_seeds(spec: RunSpec, out: Path) -> list[int]:
     return [s for s in spec.seeds if done(s, out / f"seed{s}")]
 
 
+def seed_jobs(spec: RunSpec, out: Path, seeds: list[int] | None) -> list[tuple[RunSpec, Path]]:
+    """What to hand :func:`pflax.experiment.run_all` for a cell: the whole run file into its folder, or, with
+    ``seeds``, one run per chosen seed into the folder the whole run file gives that seed (``seed<k>/`` when
+    it lists several), so that results land in one place however the seeds were split."""
+    if seeds is None:
+        return [(spec, out)]
+    unknown = sorted(set(seeds) - set(spec.seeds))
+    if unknown:
+        raise RunError(f"seeds {unknown} are not among the run file's seeds {list(spec.seeds)}")
+    if len(spec.seeds) == 1:
+        return [(spec, out)]
+    return [(dataclasses.replace(spec, seeds=(s,)), out / f"seed{s}") for s in spec.seeds if s in seeds]
+
+
 def run_fedpick_table(table: Path, args: argparse.Namespace) -> int:
     """A FedPick table: its run files go to ``benchmarks/fedpick_domains.py``, which runs the unfinished
     (arm, seed) pairs, resumes checkpointed ones and summarises each results folder."""
     import importlib.util
 
-    if args.rerun or args.pack:
-        raise SystemExit("--rerun and --pack apply to pflax run files; FedPick's runs are redone by removing "
-                         "their <arm>_seed<k>.json")
+    if args.rerun or args.pack or args.seeds:
+        raise SystemExit("--rerun, --pack and --seeds apply to pflax run files; FedPick's runs are redone by "
+                         "removing their <arm>_seed<k>.json")
     module = sys.modules.get("fedpick_domains")
     if module is None:
         spec = importlib.util.spec_from_file_location("fedpick_domains", REPO / "benchmarks" / "fedpick_domains.py")
@@ -113,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", action="store_true",
                         help="train again the seeds whose finished runs are already there (by default they are "
                              "left as they are, even without checkpoints)")
+    parser.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                        help="run only these of each cell's seeds (each must be in its run file), for instance to "
+                             "share a cell's seeds between machines; results go where the whole cell puts them")
     parser.add_argument("--pack", action="store_true",
                         help="only pack the latest checkpoint of each unfinished run into its checkpoint.tar.gz "
                              "(for runs started without packing), then stop")
@@ -138,19 +156,24 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             spec = RunSpec.from_file(run_file)
+            jobs = seed_jobs(spec, out, args.seeds)
             done = [] if args.rerun else finished_seeds(spec, out)
         except RunError as err:
             print(f"{run_file.relative_to(REPO)}: {err}", flush=True)
             continue
-        resume = has_checkpoint(out)
-        state = (" (finished; --rerun trains it again)" if len(done) == len(spec.seeds)
-                 else f" (seeds {', '.join(map(str, done))} finished)" if done else " (resuming)" if resume else "")
+        wanted = [s for job, _ in jobs for s in job.seeds]
+        done = [s for s in done if s in wanted]
+        state = (" (finished; --rerun trains it again)" if len(done) == len(wanted)
+                 else f" (seeds {', '.join(map(str, done))} finished)" if done
+                 else " (resuming)" if any(has_checkpoint(job_out) for _, job_out in jobs) else "")
         print(f"{run_file.relative_to(REPO)} -> {out.relative_to(REPO)}{state}", flush=True)
-        if len(done) == len(spec.seeds):
+        if len(done) == len(wanted):
             continue
         try:
-            run_all(spec, out, skip_finished=not args.rerun, resume=resume, progress=not args.quiet, pack=True,
-                    command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
+            for job, job_out in jobs:
+                run_all(job, job_out, skip_finished=not args.rerun, resume=has_checkpoint(job_out),
+                        progress=not args.quiet, pack=True,
+                        command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
         except (RunError, Diverged) as err:  # one cell's failure does not stop the table's other cells
             print(f"  {run_file.stem} stopped: {err}", flush=True)
     if not args.pack:
