@@ -154,5 +154,6 @@ def test_run_table_hands_a_fedpick_table_to_the_benchmark(monkeypatch):
     assert calls[-1] == [str(table / f"{arm}.toml") for arm in order]
     run_table.main(["fedpick/fedpick_table2_usps", "fedbn"])
     assert calls[-1] == [str(table / "fedbn.toml")]
-    with pytest.raises(SystemExit, match="--rerun and --pack"):
-        run_table.main(["fedpick/fedpick_table2_usps", "--rerun"])
+    for flag in (["--rerun"], ["--pack"], ["--seeds", "0"]):
+        with pytest.raises(SystemExit, match="--rerun, --pack and --seeds apply to pflax run files"):
+            run_table.main(["fedpick/fedpick_table2_usps", *flag])
