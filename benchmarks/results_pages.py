@@ -1719,9 +1719,9 @@ def not_run(cells: list[Cell]) -> dict:
 
 
 def unfinished(cells: list[Cell]) -> dict:
-    """Shorter runs and runs in progress (repeats of another page's cell and superseded runs left out): how many, how many of
-    them have an estimate, and the CPU seconds their runs need to reach their length, each run counted once
-    (one FedPick run gives a cell in every domain's section)."""
+    """Shorter runs and runs in progress (repeats of another page's cell and superseded runs left out): how
+    many, how many of them have an estimate, and the CPU seconds their runs need to reach their length, each
+    run counted once (one FedPick run gives a cell in every domain's section)."""
     out = {"cells": 0, "estimated": 0, "seconds": 0.0}
     runs = {}
     for c in cells:

@@ -60,12 +60,12 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "finished_result", "build", "Built",
-           "make_config", "make_model", "plot_weights", "tensorboard_writer", "restrict", "MODELS"]
+__all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "chosen_seeds", "finished_result",
+           "build", "Built", "make_config", "make_model", "plot_weights", "tensorboard_writer", "restrict", "MODELS"]
 
 MODELS = {
     "cnn": "FedPAC's CNN (2 conv + 2 dense; the CIFAR variant for 3-channel images)",
@@ -1126,8 +1126,9 @@ def _resumable(resume: bool, out: Path) -> bool:
 def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[dict] = None,
                     written: Optional[RunSpec] = None, **options: Any) -> dict:
     """:func:`run` of a spec with ``coalitions``: one run per coalition into ``out/coalition<k>/`` (each
-    resumed from its own checkpoints; when resuming, one already finished is kept as it is), then ``out/results.json`` with every client's accuracy. With a
-    ``structure`` search's record, ``written`` (the spec with its ``[structure]``) is the run file kept."""
+    resumed from its own checkpoints; when resuming, one already finished is kept as it is), then
+    ``out/results.json`` with every client's accuracy. With a ``structure`` search's record, ``written``
+    (the spec with its ``[structure]``) is the run file kept."""
     from .metrics import summarize
 
     out = Path(out)
@@ -1143,7 +1144,8 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[d
         # A resumed run keeps a coalition that already finished (its checkpoints may be gone, as in a
         # fresh clone): training it again would cost its rounds and could replace its committed results.
         done = finished_result(sub, sub_out) if resume else None
-        parts.append(done if done is not None else run(sub, sub_out, resume=_resumable(resume, sub_out), **options))
+        parts.append(done if done is not None
+                     else run(sub, sub_out, resume=_resumable(resume, sub_out), **options))
     # Every client's accuracy and test size, in the partition's client order.
     per_client, test_sizes = np.zeros(spec.partition["clients"]), np.zeros(spec.partition["clients"])
     for members, part in zip(spec.coalitions, parts):
@@ -1219,7 +1221,33 @@ def finished_result(spec: RunSpec, out: str | os.PathLike) -> Optional[dict]:
     return result
 
 
-def run_all(spec: RunSpec, out: str | os.PathLike, *, skip_finished: bool = False, **options: Any) -> list[dict]:
+def chosen_seeds(spec: RunSpec, seeds: Optional[Sequence[int]] = None) -> tuple:
+    """The seeds of ``spec`` to run: all of them, or those of ``seeds``, in the run file's order.
+
+    Args:
+      spec: the run.
+      seeds: some of ``spec.seeds``, or None for all.
+
+    Returns:
+      A tuple of seeds.
+
+    >>> chosen_seeds(RunSpec(seeds=(0, 1, 2)), [2, 0])
+    (0, 2)
+    >>> chosen_seeds(RunSpec(seeds=(0, 1, 2)), [9])
+    Traceback (most recent call last):
+      ...
+    pflax.experiment.RunError: seeds [9] are not among the run file's seeds [0, 1, 2]
+    """
+    if seeds is None:
+        return tuple(spec.seeds)
+    unknown = sorted(set(seeds) - set(spec.seeds))
+    if unknown:
+        raise RunError(f"seeds {unknown} are not among the run file's seeds {list(spec.seeds)}")
+    return tuple(s for s in spec.seeds if s in seeds)
+
+
+def run_all(spec: RunSpec, out: str | os.PathLike, *, skip_finished: bool = False,
+            seeds: Optional[Sequence[int]] = None, **options: Any) -> list[dict]:
     """Every seed of a run file: one seed into ``out``, several into ``out/seed<k>/``.
 
     Args:
@@ -1227,11 +1255,13 @@ def run_all(spec: RunSpec, out: str | os.PathLike, *, skip_finished: bool = Fals
       out: the results folder.
       skip_finished: leave a seed whose folder already holds its finished run (:func:`finished_result`)
         as it is, and return those results, instead of training it again (its checkpoints may be gone).
+      seeds: run only these of the run file's seeds (:func:`chosen_seeds`), each into the folder it has in
+        the whole run, so that seeds shared between machines land where one machine would put them.
       **options: :func:`run`'s keyword options. With ``resume=True`` and several seeds, the seeds that
         have checkpoints continue from them and the others start afresh.
 
     Returns:
-      One ``results.json`` content per seed.
+      One ``results.json`` content per seed run.
 
     >>> run_all(RunSpec(seeds=(0, 1), fraction=2.0), "/tmp/never")
     Traceback (most recent call last):
@@ -1239,13 +1269,14 @@ def run_all(spec: RunSpec, out: str | os.PathLike, *, skip_finished: bool = Fals
     pflax.experiment.RunError: fraction must be in (0, 1], got 2.0
     """
     spec.check()
+    chosen = chosen_seeds(spec, seeds)
     if len(spec.seeds) == 1:
         done = finished_result(spec, out) if skip_finished else None
         return [done if done is not None else run(spec, out, **options)]
     logdir = options.pop("logdir", None)
     resume = options.pop("resume", False)
     results = []
-    for s in spec.seeds:
+    for s in chosen:
         seed_out = Path(out) / f"seed{s}"
         one = dataclasses.replace(spec, seeds=(s,))
         done = finished_result(one, seed_out) if skip_finished else None

@@ -170,6 +170,38 @@ def test_run_table_goes_on_to_the_next_cell_when_one_diverges(tmp_path, monkeypa
     assert "first stopped: round 0 produced NaN/Inf" in capsys.readouterr().out
 
 
+def _demo_spec(seeds):
+    """A one-round run file with these seeds, cheap enough to train in a test."""
+    from pflax.experiment import RunSpec
+
+    return RunSpec.from_dict(dict(algorithm="fedavg", seeds=seeds, rounds=1, config={"local_epochs": 1},
+                                  data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 2},
+                                  model={"name": "mlp", "hidden": [8]}))
+
+
+def _demo_table(tmp_path, monkeypatch, spec, record):
+    """run_table.py with a table ``demo/table9_demo`` of one cell, ``spec``, under ``tmp_path``: every run it
+    trains goes through ``record(spec, out)`` first; results go to ``tmp_path/results``, no page rebuild."""
+    from pflax import experiment
+
+    run_table = _run_table()
+    table = tmp_path / "paper" / "demo" / "table9_demo"
+    table.mkdir(parents=True)
+    (table / "cell.toml").write_text(spec.to_toml())
+    real_run = experiment.run
+
+    def recording_run(one, out, **options):
+        record(one, out)
+        return real_run(one, out, **{**options, "plots": False})
+
+    monkeypatch.setattr(experiment, "run", recording_run)
+    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
+    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run_table, "REPO", tmp_path)
+    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+    return run_table
+
+
 def test_run_table_leaves_finished_seeds_alone(tmp_path, monkeypatch, capsys):
     """A finished seed is not trained again, even without its checkpoints (lost with a machine, never
     committed): only the missing seeds run, a finished cell is skipped, ``--rerun`` trains everything, and a
@@ -177,30 +209,14 @@ def test_run_table_leaves_finished_seeds_alone(tmp_path, monkeypatch, capsys):
     from pflax import experiment
     from pflax.experiment import RunSpec
 
-    run_table = _run_table()
-    table = tmp_path / "paper" / "demo" / "table9_demo"
-    table.mkdir(parents=True)
-    spec = RunSpec.from_dict(dict(algorithm="fedavg", seeds=[0, 1], rounds=1, config={"local_epochs": 1},
-                                  data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 2},
-                                  model={"name": "mlp", "hidden": [8]}))
-    (table / "cell.toml").write_text(spec.to_toml())
+    spec = _demo_spec([0, 1])
     cell = tmp_path / "results" / "table9_demo" / "cell"
     experiment.run(RunSpec.from_dict({**spec.to_dict(), "seeds": [0]}), cell / "seed0", progress=False, plots=False)
     shutil.rmtree(cell / "seed0" / "checkpoints")
     seed0 = (cell / "seed0" / "results.json").read_text()
 
     trained = []
-    real_run = experiment.run
-
-    def counting_run(one, out, **options):
-        trained.append(one.seeds[0])
-        return real_run(one, out, **{**options, "plots": False})
-
-    monkeypatch.setattr(experiment, "run", counting_run)
-    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
-    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(run_table, "REPO", tmp_path)
-    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+    run_table = _demo_table(tmp_path, monkeypatch, spec, lambda one, out: trained.append(one.seeds[0]))
 
     assert run_table.main(["demo/table9_demo", "--quiet"]) == 0
     assert trained == [1]
@@ -215,7 +231,7 @@ def test_run_table_leaves_finished_seeds_alone(tmp_path, monkeypatch, capsys):
     assert trained == [1, 0, 1]
 
     changed = RunSpec.from_dict({**spec.to_dict(), "config": {"local_epochs": 1, "lr": 0.05}})
-    (table / "cell.toml").write_text(changed.to_toml())
+    (tmp_path / "paper" / "demo" / "table9_demo" / "cell.toml").write_text(changed.to_toml())
     assert run_table.finished_seeds(changed, cell) == []
     assert run_table.finished_seeds(spec, cell) == [0, 1]
     # A seed read from another cell's run (benchmarks/evaluate_variant.py) is not trained either.
@@ -229,27 +245,10 @@ def test_run_table_runs_only_the_seeds_asked_for(tmp_path, monkeypatch, capsys):
     """``--seeds`` trains the chosen seeds of a cell into the folders the whole cell gives them, with the same
     results as the whole cell's run; a seed the run file does not list is refused by name, nothing trained."""
     from pflax import experiment
-    from pflax.experiment import RunSpec
 
-    run_table = _run_table()
-    table = tmp_path / "paper" / "demo" / "table9_demo"
-    table.mkdir(parents=True)
-    spec = RunSpec.from_dict(dict(algorithm="fedavg", seeds=[0, 1, 2], rounds=1, config={"local_epochs": 1},
-                                  data={"train_per_client": 20, "test_per_client": 20}, partition={"clients": 2},
-                                  model={"name": "mlp", "hidden": [8]}))
-    (table / "cell.toml").write_text(spec.to_toml())
+    spec = _demo_spec([0, 1, 2])
     trained = []
-    real_run = experiment.run
-
-    def counting_run(one, out, **options):
-        trained.append((one.seeds, Path(out).name))
-        return real_run(one, out, **{**options, "plots": False})
-
-    monkeypatch.setattr(experiment, "run", counting_run)
-    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
-    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(run_table, "REPO", tmp_path)
-    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+    run_table = _demo_table(tmp_path, monkeypatch, spec, lambda one, out: trained.append((one.seeds, Path(out).name)))
 
     assert run_table.main(["demo/table9_demo", "cell", "--quiet", "--seeds", "2", "9"]) == 0
     assert trained == [] and "seeds [9] are not among the run file's seeds [0, 1, 2]" in capsys.readouterr().out
@@ -262,7 +261,8 @@ def test_run_table_runs_only_the_seeds_asked_for(tmp_path, monkeypatch, capsys):
     for seed in (1, 2):
         split = json.loads((cell / f"seed{seed}" / "results.json").read_text())
         assert split["final_per_client"] == whole[seed]["final_per_client"]
-        assert (cell / f"seed{seed}" / "run.toml").read_text() == (tmp_path / "whole" / f"seed{seed}" / "run.toml").read_text()
+        assert (cell / f"seed{seed}" / "run.toml").read_text() == \
+            (tmp_path / "whole" / f"seed{seed}" / "run.toml").read_text()
 
     trained.clear()
     assert run_table.main(["demo/table9_demo", "cell", "--quiet", "--seeds", "1"]) == 0

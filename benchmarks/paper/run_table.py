@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pflax.experiment import PACKED_CHECKPOINT, Diverged, RunError, RunSpec, finished_result, run_all
+from pflax.experiment import PACKED_CHECKPOINT, Diverged, RunError, RunSpec, chosen_seeds, finished_result, run_all
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "benchmarks" / "paper"
@@ -83,20 +83,6 @@ def finished_seeds(spec: RunSpec, out: Path) -> list[int]:
     if len(spec.seeds) == 1:
         return list(spec.seeds) if done(spec.seeds[0], out) else []
     return [s for s in spec.seeds if done(s, out / f"seed{s}")]
-
-
-def seed_jobs(spec: RunSpec, out: Path, seeds: list[int] | None) -> list[tuple[RunSpec, Path]]:
-    """What to hand :func:`pflax.experiment.run_all` for a cell: the whole run file into its folder, or, with
-    ``seeds``, one run per chosen seed into the folder the whole run file gives that seed (``seed<k>/`` when
-    it lists several), so that results land in one place however the seeds were split."""
-    if seeds is None:
-        return [(spec, out)]
-    unknown = sorted(set(seeds) - set(spec.seeds))
-    if unknown:
-        raise RunError(f"seeds {unknown} are not among the run file's seeds {list(spec.seeds)}")
-    if len(spec.seeds) == 1:
-        return [(spec, out)]
-    return [(dataclasses.replace(spec, seeds=(s,)), out / f"seed{s}") for s in spec.seeds if s in seeds]
 
 
 def run_fedpick_table(table: Path, args: argparse.Namespace) -> int:
@@ -156,24 +142,21 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             spec = RunSpec.from_file(run_file)
-            jobs = seed_jobs(spec, out, args.seeds)
-            done = [] if args.rerun else finished_seeds(spec, out)
+            wanted = chosen_seeds(spec, args.seeds)
+            done = [] if args.rerun else [s for s in finished_seeds(spec, out) if s in wanted]
         except RunError as err:
             print(f"{run_file.relative_to(REPO)}: {err}", flush=True)
             continue
-        wanted = [s for job, _ in jobs for s in job.seeds]
-        done = [s for s in done if s in wanted]
+        resume = has_checkpoint(out)
         state = (" (finished; --rerun trains it again)" if len(done) == len(wanted)
-                 else f" (seeds {', '.join(map(str, done))} finished)" if done
-                 else " (resuming)" if any(has_checkpoint(job_out) for _, job_out in jobs) else "")
+                 else f" (seeds {', '.join(map(str, done))} finished)" if done else " (resuming)" if resume else "")
         print(f"{run_file.relative_to(REPO)} -> {out.relative_to(REPO)}{state}", flush=True)
         if len(done) == len(wanted):
             continue
         try:
-            for job, job_out in jobs:
-                run_all(job, job_out, skip_finished=not args.rerun, resume=has_checkpoint(job_out),
-                        progress=not args.quiet, pack=True,
-                        command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
+            run_all(spec, out, seeds=args.seeds, skip_finished=not args.rerun, resume=resume,
+                    progress=not args.quiet, pack=True,
+                    command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
         except (RunError, Diverged) as err:  # one cell's failure does not stop the table's other cells
             print(f"  {run_file.stem} stopped: {err}", flush=True)
     if not args.pack:
