@@ -231,7 +231,7 @@ def test_run_table_leaves_finished_seeds_alone(tmp_path, monkeypatch, capsys):
     assert trained == [1, 0, 1]
 
     changed = RunSpec.from_dict({**spec.to_dict(), "config": {"local_epochs": 1, "lr": 0.05}})
-    (tmp_path / "paper" / "demo" / "table9_demo" / "cell.toml").write_text(changed.to_toml())
+    (run_table.TABLES / "demo" / "table9_demo" / "cell.toml").write_text(changed.to_toml())
     assert run_table.finished_seeds(changed, cell) == []
     assert run_table.finished_seeds(spec, cell) == [0, 1]
     # A seed read from another cell's run (benchmarks/evaluate_variant.py) is not trained either.
