@@ -4,7 +4,8 @@
 
 Some methods differ from another only in how a client is evaluated. FedEM-FT is FedEM whose clients
 fine-tune the mixture on their training split before they are scored; FedAvg-FT and kNN-Per are FedAvg
-with a fine-tuned or kNN-interpolated evaluation. What the evaluation builds is thrown away, so the runs
+with a fine-tuned or kNN-interpolated evaluation; FedBABU fine-tunes at evaluation, so its other
+fine-tuning choices (parts, epochs) are such variants too. What the evaluation builds is thrown away, so the runs
 train identically: those Config fields are read only by ``evaluate``, and
 ``tests/test_evaluate_variant.py`` checks that the training is bit-identical and that this script
 reproduces a direct run's accuracies. The variant's number after round t is therefore its own
@@ -34,11 +35,13 @@ sys.path.insert(0, str(REPO))
 
 # Algorithms that train alike, by family, and the Config fields that only their evaluation reads: two run
 # files of one family that differ only in these train identically. FedAvg-FT and kNN-Per are presets of
-# FedAvg's sharing rule that change only its evaluation.
+# FedAvg's sharing rule that change only its evaluation; FedBABU's fine-tuning at evaluation is read the same
+# way, so its run answers how other fine-tuning choices would have scored it.
 _SHARING_EVALUATION = frozenset({"finetune_epochs", "finetune_parts", "finetune_steps", "knn_lam", "knn_k",
                                  "knn_scale"})
-FAMILIES = {"fedem": "fedem", "fedavg": "fedavg", "fedavg_ft": "fedavg", "knnper": "fedavg"}
-EVALUATION_ONLY = {"fedem": frozenset({"finetune_epochs"}), "fedavg": _SHARING_EVALUATION}
+FAMILIES = {"fedem": "fedem", "fedavg": "fedavg", "fedavg_ft": "fedavg", "knnper": "fedavg", "fedbabu": "fedbabu"}
+EVALUATION_ONLY = {"fedem": frozenset({"finetune_epochs"}), "fedavg": _SHARING_EVALUATION,
+                   "fedbabu": _SHARING_EVALUATION}
 # Run-file fields that change neither the training nor the final evaluation.
 SCHEDULE_ONLY = ("eval_every", "checkpoint_every", "execution")
 
@@ -62,6 +65,9 @@ def training_identical(base, variant) -> list[str]:
     []
     >>> training_identical(a, RunSpec("fedavg", rounds=5).resolved())
     ['algorithm: fedem and fedavg do not train alike']
+    >>> babu = RunSpec("fedbabu", rounds=5).resolved()
+    >>> training_identical(babu, RunSpec("fedbabu", rounds=5, config={"finetune_parts": ["head"]}).resolved())
+    []
     """
     family = FAMILIES.get(base.algorithm, base.algorithm)
     if family != FAMILIES.get(variant.algorithm, variant.algorithm):

@@ -482,6 +482,22 @@ FEDPAC_TABLE8 = Page(
     ),
 )
 
+# The rotation FedBABU cell, under the paper after the full 200 rounds.
+T10_SETTING = "FMNIST/feature_skew_rotation_20clients"
+FEDBABU_T10_DIAGNOSIS = (
+    "**FedBABU** ends 2.2 points under the paper after the full 200 rounds. It is not a truncated run: its curve "
+    "(`rounds.csv` in its folder) gains 0.7 points from round 100 to 200 and swings by up to 1.4 points between "
+    "evaluations (each evaluation fine-tunes afresh from the frozen head), and its best evaluation after round "
+    "100, 79.75, is still 1.54 under. Its rule matches the spec (`docs/algorithms/sharing.md`): the head is frozen "
+    "at its random initialisation and shared, the body alone is trained and averaged, and each client "
+    "fine-tunes the whole model for 5 epochs before it is scored. FedPAC does not say how its FedBABU "
+    "fine-tunes; the diagnosis section \"FedBABU: how its clients fine-tune\" below scores the same run's "
+    "final state with the head alone fine-tuned, with 1 epoch and with 10, and none comes within 1.5 points of "
+    "the paper (10 epochs: 79.66), so the fine-tuning choice is not the gap. The same rule is 1.4 under the "
+    "paper in Table 1 (88.28 against 89.68). Ours gains less over Local-only than the paper's in both settings: "
+    "2.7 points in Table 1 (the paper: 4.0) and 0.6 here (the paper: 2.8). The paper's baselines are not "
+    "released, so where its FedBABU gains the rest is not measured.")
+
 FEDPAC_TABLE10 = Page(
     slug="fedpac_table10",
     title="FedPAC, Table 10: feature skew (rotation) on Fashion-MNIST",
@@ -495,9 +511,24 @@ FEDPAC_TABLE10 = Page(
         "baseline here) have three seeds, the others one."),
     sections=(
         _run_section("20 clients, full participation", "fedpac/table10_fmnist",
-            ("FedPAC", "10", "FMNIST/feature_skew_rotation_20clients"), [
+            ("FedPAC", "10", T10_SETTING), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
-                ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")]),
+                ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")],
+            diagnosis=FEDBABU_T10_DIAGNOSIS),
+        Section("FedBABU: how its clients fine-tune", (
+            Row("FedBABU, whole model, 5 epochs (the cell above)", ("table10_fmnist/fedbabu",), FINAL,
+                ("FedPAC", "10", T10_SETTING, "FedBABU", "acc"), run_file="fedpac/table10_fmnist/fedbabu.toml"),
+            *(Row(label, (f"table10_fmnist/{cell}/from_fedbabu.json",), LAST_EVAL,
+                  ("FedPAC", "10", T10_SETTING, "FedBABU", "acc"), kind="fedavg_eval",
+                  run_file=f"fedpac/table10_fmnist/{cell}.toml")
+              for label, cell in (("FedBABU, head only, 5 epochs", "fedbabu__finetune_head"),
+                                  ("FedBABU, whole model, 1 epoch", "fedbabu__finetune_1_epoch"),
+                                  ("FedBABU, whole model, 10 epochs", "fedbabu__finetune_10_epochs")))),
+            paper_rounds=200, counted=False, diagnosis=True,
+            why_not="a diagnosis of the FedBABU cell: other ways for its clients to fine-tune at evaluation",
+            note="Each row below the first is the first row's run, scored after its last round with another "
+                 "fine-tuning (`python benchmarks/evaluate_variant.py fedpac/table10_fmnist fedbabu <cell>`, "
+                 "the cell's run file beside `fedbabu.toml`); the training is the same."),
     ),
 )
 

@@ -89,23 +89,28 @@ AVG = dict(algorithm="fedavg", rounds=2, fraction=0.5, eval_every=1, checkpoint_
            model={"name": "mlp", "hidden": [8]})
 
 
-@pytest.mark.parametrize("variant", ["fedavg_ft", "knnper"])
-def test_fedavg_presets_are_read_from_the_fedavg_run(tmp_path, variant):
-    """FedAvg-FT and kNN-Per train as FedAvg (here with half the clients sampled per round): read from
-    FedAvg's run, they reproduce their own direct runs."""
+@pytest.mark.parametrize("base_algorithm, variant, variant_config", [
+    ("fedavg", "fedavg_ft", {"finetune_epochs": 1}),
+    ("fedavg", "knnper", {}),
+    ("fedbabu", "fedbabu", {"finetune_parts": ["head"]}),
+    ("fedbabu", "fedbabu", {"finetune_epochs": 2}),
+])
+def test_evaluation_variants_are_read_from_the_base_run(tmp_path, base_algorithm, variant, variant_config):
+    """FedAvg-FT and kNN-Per train as FedAvg (here with half the clients sampled per round), and FedBABU with
+    other fine-tuning (its head only, or more epochs) as FedBABU: read from the base cell's run, they reproduce
+    their own direct runs."""
     table = tmp_path / "paper" / "demo" / "t"
     table.mkdir(parents=True)
-    base_spec = RunSpec.from_dict(AVG)
-    own = RunSpec.from_dict({**AVG, "algorithm": variant, "config": {"local_epochs": 1, "finetune_epochs": 1}
-                             if variant == "fedavg_ft" else {"local_epochs": 1}})
-    (table / "fedavg.toml").write_text(base_spec.to_toml())
-    (table / f"{variant}.toml").write_text(own.to_toml())
-    base = run(base_spec, tmp_path / "results" / "t" / "fedavg", progress=False, plots=False)
+    base_spec = RunSpec.from_dict({**AVG, "algorithm": base_algorithm})
+    own = RunSpec.from_dict({**AVG, "algorithm": variant, "config": {"local_epochs": 1, **variant_config}})
+    (table / "base.toml").write_text(base_spec.to_toml())
+    (table / "variant.toml").write_text(own.to_toml())
+    base = run(base_spec, tmp_path / "results" / "t" / "base", progress=False, plots=False)
     direct = run(own, tmp_path / "direct", progress=False, plots=False)
     assert [row["loss"] for row in base["history"]] == [row["loss"] for row in direct["history"]]
-    assert _script().main(["demo/t", "fedavg", variant, "--paper-dir", str(tmp_path / "paper"),
+    assert _script().main(["demo/t", "base", "variant", "--paper-dir", str(tmp_path / "paper"),
                            "--results-dir", str(tmp_path / "results")]) == 0
-    written = json.loads((tmp_path / "results" / "t" / variant / "from_fedavg.json").read_text())
+    written = json.loads((tmp_path / "results" / "t" / "variant" / "from_base.json").read_text())
     np.testing.assert_allclose(written["personalized_history"][-1]["accuracy"], direct["final_per_client"], atol=1e-6)
     assert not np.allclose(written["personalized_history"][-1]["accuracy"], base["final_per_client"])
 
