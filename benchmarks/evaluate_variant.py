@@ -5,8 +5,8 @@
 Some methods differ from another only in how a client is evaluated. FedEM-FT is FedEM whose clients
 fine-tune the mixture on their training split before they are scored; FedAvg-FT and kNN-Per are FedAvg
 with a fine-tuned or kNN-interpolated evaluation; FedBABU fine-tunes at evaluation, so its other
-fine-tuning choices (parts, epochs) are such variants too. What the evaluation builds is thrown away, so the runs
-train identically: those Config fields are read only by ``evaluate``, and
+fine-tuning choices (parts, epochs) are such variants too. What the evaluation builds is thrown away, so
+the runs train identically: those Config fields are read only by ``evaluate``, and
 ``tests/test_evaluate_variant.py`` checks that the training is bit-identical and that this script
 reproduces a direct run's accuracies. The variant's number after round t is therefore its own
 ``evaluate`` applied to the base run's state after round t, and a second 200-round training is not needed.
