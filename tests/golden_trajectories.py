@@ -4,20 +4,23 @@ The digests in ``tests/golden/trajectories.json`` were recorded before the algor
 redesign; ``tests/test_contract.py`` replays every algorithm and asks for the same bits as one of the
 recordings. The bits depend on the CPU as well as on the code: NumPy's float32 ``sin``/``cos`` (the
 synthetic images) and XLA:CPU's kernels take other paths with AVX-512, and each path rounds its own way.
-So the file keeps one recording per kind of CPU (``machine()``), each made from the same code. Each array is
+XLA's code generation options (``XLA_FLAGS``, such as the test suite's fast-compile flags) change the
+rounding too. So the file keeps one recording per kind of CPU (``machine()``) and set of ``XLA_FLAGS``
+(``xla_flags()``), each made from the same code. Each array is
 reduced to its shape, dtype and SHA-256 of its bytes (plus its float64 sum, only to say how far a
 mismatch is). State leaves are compared as a multiset of digests, so moving a tree inside the state
 (a new layout) is allowed while changing any value is not.
 
 Record again (only for a deliberate, documented change, which replaces every recording):
-``python tests/golden_trajectories.py --record``. Add this machine's recording (only when the code is unchanged since
-a recording that replayed bit for bit, and the replay fails only because the CPU differs):
-``python tests/golden_trajectories.py --add-machine``.
+``python tests/golden_trajectories.py --record``. Add this machine's recording under this process's
+``XLA_FLAGS`` (only when the code is unchanged since a recording that replayed bit for bit, and the replay
+differs only because the CPU or the flags differ): ``python tests/golden_trajectories.py --add-machine``.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import jax
@@ -129,18 +132,30 @@ def machine() -> dict:
             "avx512": sorted(flags)}
 
 
+def xla_flags() -> list[str]:
+    """This process's ``XLA_FLAGS``, sorted: code generation options that change XLA:CPU's rounding."""
+    return sorted(os.environ.get("XLA_FLAGS", "").split())
+
+
 def recordings() -> list[dict]:
-    """Every recording in GOLDEN: ``{"jax", "machine", "algorithms"}`` each (``machine`` None for the first,
-    made before machines were recorded)."""
-    return json.loads(GOLDEN.read_text())["recordings"]
+    """Every recording in GOLDEN: ``{"jax", "machine", "xla_flags", "algorithms"}`` each (``machine`` None for
+    the first, made before machines were recorded; ``xla_flags`` missing where none were set)."""
+    return [{"xla_flags": [], **r} for r in json.loads(GOLDEN.read_text())["recordings"]]
+
+
+def has_recording_here() -> bool:
+    """Whether a recording was made on this kind of CPU with this process's ``XLA_FLAGS``, so that a replay
+    in this process must match it."""
+    return any(r["machine"] == machine() and r["xla_flags"] == xla_flags() for r in recordings())
 
 
 def record(add_machine: bool = False) -> None:
     """Write this machine's trajectories of every registry algorithm (:func:`replay`) into GOLDEN: as the only
-    recording, or with ``add_machine`` beside the recordings of other kinds of CPU."""
+    recording, or with ``add_machine`` beside the recordings of other kinds of CPU or other ``XLA_FLAGS``."""
     golden = replay()
-    this = {"jax": jax.__version__, "machine": machine(), "algorithms": golden}
-    kept = [r for r in recordings() if r["machine"] != this["machine"]] if add_machine and GOLDEN.exists() else []
+    this = {"jax": jax.__version__, "machine": machine(), "xla_flags": xla_flags(), "algorithms": golden}
+    same = lambda r: r["machine"] == this["machine"] and r["xla_flags"] == this["xla_flags"]  # noqa: E731
+    kept = [r for r in recordings() if not same(r)] if add_machine and GOLDEN.exists() else []
     GOLDEN.parent.mkdir(exist_ok=True)
     GOLDEN.write_text(json.dumps({"recordings": kept + [this]}, indent=1) + "\n")
 
@@ -169,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument("--record", action="store_true",
                         help="replace every recording with this machine's (a deliberate, documented change only)")
     action.add_argument("--add-machine", action="store_true",
-                        help="add this machine's recording beside those of other kinds of CPU")
+                        help="add this machine's recording (its CPU, its XLA_FLAGS) beside the others")
     action.add_argument("--replay", type=Path, metavar="OUT.json", help="write today's trajectories to OUT.json")
     args = parser.parse_args(argv)
     if args.replay:

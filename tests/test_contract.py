@@ -4,9 +4,11 @@ empty client and a class that no client has, and the golden trajectories: three 
 bit for bit on the CPU (``map`` strategy), the state leaves, round metrics and evaluation recorded
 before the contract redesign (``golden_trajectories.py``).
 
-The runs behind these checks (``contract_runs.py``) happen in one process at XLA's default code
-generation, where the golden digests were recorded; the contract runs share the golden runs' shapes
-and configs, so that process compiles each algorithm's round once for both."""
+The runs behind these checks (``contract_runs.py``) happen in one subprocess, under this process's
+``XLA_FLAGS`` where a recording of this kind of CPU was made with them (the suite's fast-compile flags
+halve the replay's time), else at XLA's default code generation, where every kind of CPU has its
+recording; the contract runs share the golden runs' shapes and configs, so that process compiles each
+algorithm's round once for both."""
 from __future__ import annotations
 
 import dataclasses
@@ -32,18 +34,17 @@ RECORDINGS = golden.recordings()
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Every algorithm's golden replay and contract runs (``contract_runs.run_all``), computed with
-    XLA's default CPU code generation, as the golden digests were recorded. When this process compiles
-    with the suite's fast-compile flags (``conftest.FAST_COMPILE_FLAGS``, which change round-off), they
-    run in a subprocess with the default flags."""
-    if not compiles_fast():
-        return contract_runs.run_all()  # this process already compiles as the recording did
+    """Every algorithm's golden replay and contract runs (``contract_runs.run_all``), in a subprocess that
+    compiles as one of this CPU's recordings did: with this process's ``XLA_FLAGS`` if such a recording
+    exists, else without the suite's fast-compile flags (``conftest.FAST_COMPILE_FLAGS``, which change
+    round-off), as every kind of CPU was recorded."""
+    environ = dict(os.environ) if golden.has_recording_here() or not compiles_fast() else default_xla_environ()
     out = tmp_path_factory.mktemp("contract") / "runs.json"
     here = Path(contract_runs.__file__).parent
-    proc = subprocess.run([sys.executable, str(Path(contract_runs.__file__)), str(out)], env=default_xla_environ(),
+    proc = subprocess.run([sys.executable, str(Path(contract_runs.__file__)), str(out)], env=environ,
                           capture_output=True, text=True, timeout=1200, cwd=here)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return {**json.loads(out.read_text()), "xla_flags": sorted(environ.get("XLA_FLAGS", "").split())}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -122,8 +123,9 @@ def test_trajectory_is_bit_identical(name, runs):
     actual = runs["golden"][name]
     if any(not _differences(actual, recording["algorithms"][name]) for recording in RECORDINGS):
         return
-    this = [r for r in RECORDINGS if r["machine"] == golden.machine()]
-    where = "this machine's recording" if this else f"the last recording (none is of this CPU: {golden.machine()})"
+    this = [r for r in RECORDINGS if r["machine"] == golden.machine() and r["xla_flags"] == runs["xla_flags"]]
+    where = ("this machine's recording" if this else
+             f"the last recording (none is of this CPU, {golden.machine()}, with XLA_FLAGS {runs['xla_flags']})")
     problems = _differences(actual, (this or RECORDINGS)[-1]["algorithms"][name])
     assert not problems, f"against {where}: " + problems[0]
 
@@ -137,3 +139,17 @@ def test_the_golden_script_never_records_by_accident(argv, monkeypatch):
     with pytest.raises(SystemExit) as stopped:
         golden.main(argv)
     assert stopped.value.code == (0 if argv == ["--help"] else 2)
+
+
+def test_a_replay_compiles_as_a_recording_of_this_cpu_did(monkeypatch):
+    """The replay runs under this process's ``XLA_FLAGS`` only where a recording of this kind of CPU was made
+    with those flags; other flags, or another CPU, replay at the default code generation."""
+    for recording in RECORDINGS:
+        monkeypatch.setattr(golden, "machine", lambda r=recording: r["machine"])
+        monkeypatch.setattr(golden, "xla_flags", lambda r=recording: r["xla_flags"])
+        assert golden.has_recording_here()
+        monkeypatch.setattr(golden, "xla_flags", lambda r=recording: sorted([*r["xla_flags"], "--xla_cpu_enable_fast_math=true"]))
+        assert not golden.has_recording_here()
+    monkeypatch.setattr(golden, "machine", lambda: {"numpy_simd": [], "avx512": ["a CPU never recorded"]})
+    monkeypatch.setattr(golden, "xla_flags", lambda: [])
+    assert not golden.has_recording_here()
