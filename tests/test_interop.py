@@ -4,19 +4,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-flwr_datasets = pytest.importorskip("flwr_datasets", reason="needs the flower extra: pip install 'pflax[flower]'")
-datasets = pytest.importorskip("datasets", reason="needs the flower extra: pip install 'pflax[flower]'")
+from pflax.data import DataError, from_flwr_partitioner
 
-from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, PathologicalPartitioner  # noqa: E402
+NEEDS = "needs the flower extra: pip install 'pflax[flower]'"
 
-from pflax.data import DataError, from_flwr_partitioner  # noqa: E402
+
+# Imported by fixtures, not at the top: flwr_datasets loads Hugging Face datasets and pyarrow (about 4 s),
+# which only the test worker that runs this file should pay for at collection.
+@pytest.fixture(scope="module")
+def partitioners():
+    return pytest.importorskip("flwr_datasets.partitioner", reason=NEEDS)
+
+
+@pytest.fixture(scope="module")
+def datasets():
+    return pytest.importorskip("datasets", reason=NEEDS)
 
 
 def _labels(n=300, k=10, seed=0):
     return np.random.default_rng(seed).integers(0, k, n)
 
 
-def _check_against_partitioner(data, partitioner_factory, x, labels):
+def _check_against_partitioner(datasets, data, partitioner_factory, x, labels):
     """The ClientData holds, row by row, exactly the samples of the partitioner's partitions."""
     got = from_flwr_partitioner(partitioner_factory(), data, x=x)
     reference = partitioner_factory()
@@ -31,34 +40,40 @@ def _check_against_partitioner(data, partitioner_factory, x, labels):
     return got
 
 
-@pytest.mark.parametrize("factory", [
-    lambda: IidPartitioner(num_partitions=5),
-    lambda: DirichletPartitioner(num_partitions=6, partition_by="label", alpha=0.3, seed=1, min_partition_size=0),
-    lambda: PathologicalPartitioner(num_partitions=5, partition_by="label", num_classes_per_partition=2, seed=2),
-], ids=["iid", "dirichlet", "pathological"])
-def test_label_array_partitions_match_flower(factory):
+FACTORIES = {
+    "iid": lambda p: p.IidPartitioner(num_partitions=5),
+    "dirichlet": lambda p: p.DirichletPartitioner(num_partitions=6, partition_by="label", alpha=0.3, seed=1,
+                                                  min_partition_size=0),
+    "pathological": lambda p: p.PathologicalPartitioner(num_partitions=5, partition_by="label",
+                                                        num_classes_per_partition=2, seed=2),
+}
+
+
+@pytest.mark.parametrize("kind", list(FACTORIES))
+def test_label_array_partitions_match_flower(kind, partitioners, datasets):
     labels = _labels()
     x = np.arange(labels.size, dtype=np.float32)[:, None, None, None] * np.ones((1, 4, 4, 1), np.float32)
-    got = _check_against_partitioner(labels, factory, x, labels)
+    got = _check_against_partitioner(datasets, labels, lambda: FACTORIES[kind](partitioners), x, labels)
     assert int(got.sizes.sum()) <= labels.size and got.client_ids.tolist() == list(range(got.num_clients))
 
 
-def test_in_memory_hugging_face_dataset_with_image_column():
+def test_in_memory_hugging_face_dataset_with_image_column(partitioners, datasets):
     labels = _labels(120)
     images = np.random.default_rng(3).random((120, 6, 6, 1)).astype(np.float32)
     ds = datasets.Dataset.from_dict({"image": images, "label": labels})
-    got = from_flwr_partitioner(DirichletPartitioner(num_partitions=4, partition_by="label", alpha=1.0, seed=0,
-                                                     min_partition_size=0), ds)
+    partitioner = partitioners.DirichletPartitioner(num_partitions=4, partition_by="label", alpha=1.0, seed=0,
+                                                    min_partition_size=0)
+    got = from_flwr_partitioner(partitioner, ds)
     assert got.x.shape[0] == 4 and got.x.shape[2:] == (6, 6, 1) and int(got.sizes.sum()) == 120
     flat = np.asarray(got.x)[np.asarray(got.mask)].reshape(120, -1)
     order = np.lexsort(flat.T[::-1])
     np.testing.assert_allclose(flat[order], images.reshape(120, -1)[np.lexsort(images.reshape(120, -1).T[::-1])])
 
 
-def test_bad_inputs_are_refused_by_name():
+def test_bad_inputs_are_refused_by_name(partitioners, datasets):
     with pytest.raises(DataError, match="give the samples x"):
-        from_flwr_partitioner(IidPartitioner(num_partitions=2), _labels(10))
+        from_flwr_partitioner(partitioners.IidPartitioner(num_partitions=2), _labels(10))
     with pytest.raises(DataError, match="x has 9 samples but there are 10 labels"):
-        from_flwr_partitioner(IidPartitioner(num_partitions=2), _labels(10), x=np.zeros((9, 2)))
+        from_flwr_partitioner(partitioners.IidPartitioner(num_partitions=2), _labels(10), x=np.zeros((9, 2)))
     with pytest.raises(DataError, match="no 'label' column"):
-        from_flwr_partitioner(IidPartitioner(num_partitions=2), datasets.Dataset.from_dict({"y": [0, 1]}))
+        from_flwr_partitioner(partitioners.IidPartitioner(num_partitions=2), datasets.Dataset.from_dict({"y": [0, 1]}))
