@@ -249,7 +249,7 @@ def test_deployment_matches_round_and_survives_a_killed_supernode(federation, tm
     process that imports JAX and compiles, which on a loaded 2-core machine has taken more than 25 s. The
     killed node is dropped by the SuperLink's error reply, not by the time-out."""
     fed, train, nodes = federation
-    spec = _spec("fedpac", checkpoint_dir=str(tmp_path / "ckpt"), min_clients=3, round_timeout=240.0)
+    spec = _spec("fedpac", checkpoint_dir=str(tmp_path / "ckpt"), min_clients=3, round_timeout=300.0)
     killed_at: list[float] = []
     killer = threading.Thread(target=_kill_after_step, args=(fed, spec.checkpoint_dir, 1, 2, killed_at), daemon=True)
     killer.start()
