@@ -28,8 +28,8 @@ Configuration: the run config (``[tool.flwr.app.config]`` of the app's ``pyproje
 Faults: a participant that does not reply within ``round-timeout`` (its machine is unreachable) or
 replies with an error leaves the round, which completes with the others; its row stays as it was. A
 SuperNode that died is answered for by the SuperLink with an error once its heartbeat lapses, so the
-round does not wait out ``round-timeout`` for it. The server state changes only after a complete server update, and is checkpointed after every
-round, so a restarted ``ServerApp`` resumes from its last round.
+round does not wait out ``round-timeout`` for it. The server state changes only after a complete server
+update, and is checkpointed after every round, so a restarted ``ServerApp`` resumes from its last round.
 
 >>> from pflax.data import toy_federation
 >>> from pflax.flower import AppSpec, row
