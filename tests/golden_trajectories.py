@@ -143,10 +143,16 @@ def recordings() -> list[dict]:
     return [{"xla_flags": [], **r} for r in json.loads(GOLDEN.read_text())["recordings"]]
 
 
+def recordings_of(cpu: dict | None, flags: list[str]) -> list[dict]:
+    """The recordings made on the kind of CPU ``cpu`` (a :func:`machine`) with the sorted ``XLA_FLAGS``
+    ``flags``."""
+    return [r for r in recordings() if r["machine"] == cpu and r["xla_flags"] == flags]
+
+
 def has_recording_here() -> bool:
     """Whether a recording was made on this kind of CPU with this process's ``XLA_FLAGS``, so that a replay
     in this process must match it."""
-    return any(r["machine"] == machine() and r["xla_flags"] == xla_flags() for r in recordings())
+    return bool(recordings_of(machine(), xla_flags()))
 
 
 def record(add_machine: bool = False) -> None:

@@ -139,7 +139,7 @@ def test_trajectory_is_bit_identical(name, runs):
     actual = runs["golden"][name]
     if any(not _differences(actual, recording["algorithms"][name]) for recording in RECORDINGS):
         return
-    this = [r for r in RECORDINGS if r["machine"] == golden.machine() and r["xla_flags"] == runs["xla_flags"]]
+    this = golden.recordings_of(golden.machine(), runs["xla_flags"])
     same_flags = [r for r in RECORDINGS if r["xla_flags"] == runs["xla_flags"]] or RECORDINGS
     where = ("this machine's recording" if this else
              f"the last recording with XLA_FLAGS {runs['xla_flags']} (none is of this CPU: {golden.machine()})")
