@@ -765,7 +765,11 @@ def _data_dir(text: str | None) -> str | None:
 def _jax_info() -> dict:
     import jax
 
-    return {"version": jax.__version__, "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
+    # device_kind names the chip (an H100, say), which str(device) does not; the matmul precision matters on GPUs,
+    # where XLA's default lets float32 convolutions and products run in TF32.
+    return {"version": jax.__version__, "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
+            "device_kind": jax.devices()[0].device_kind,
+            "default_matmul_precision": jax.config.jax_default_matmul_precision}
 
 
 def tensorboard_writer(logdir: str | os.PathLike):

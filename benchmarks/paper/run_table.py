@@ -101,7 +101,8 @@ def run_fedpick_table(table: Path, args: argparse.Namespace) -> int:
         spec.loader.exec_module(module)
     run_files = [str(p) for p in cells(table) if not args.only or p.stem in args.only]
     module.main(run_files)
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False)
+    if not args.no_pages:
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False)
     return 0
 
 
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pack", action="store_true",
                         help="only pack the latest checkpoint of each unfinished run into its checkpoint.tar.gz "
                              "(for runs started without packing), then stop")
+    parser.add_argument("--no-pages", action="store_true",
+                        help="do not regenerate the results pages afterwards (for several runs at once)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets"))
     if args.list or not args.table:
@@ -159,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                     command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
         except (RunError, Diverged) as err:  # one cell's failure does not stop the table's other cells
             print(f"  {run_file.stem} stopped: {err}", flush=True)
-    if not args.pack:
+    if not args.pack and not args.no_pages:
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False)
     return 0
 

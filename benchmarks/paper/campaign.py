@@ -1,0 +1,134 @@
+"""Run many paper cells at once, each in its own process, until a deadline: for a machine with a GPU and many
+cores, where one cell leaves most of it idle.
+
+    python benchmarks/paper/campaign.py jobs.txt --parallel 12 --deadline 480 --logs /tmp/campaign
+
+``jobs.txt`` holds one job per line, ``<paper>/<table> <cell> [run_table options]``, for instance
+``fedpac/table10_fmnist fedpac --seeds 0``; blank lines and ``#`` comments are skipped. Jobs start in the
+file's order, at most ``--parallel`` at a time, each as ``benchmarks/paper/run_table.py <line> --quiet
+--no-pages`` with its output in ``<logs>/<n>_<table>_<cell>.log``. No job starts after ``--deadline`` seconds;
+jobs still running then are stopped (SIGTERM, then SIGKILL after ``--grace`` seconds). A stopped run keeps its
+latest checkpoint (packed into its results folder as ``checkpoint.tar.gz`` for pflax run files), so running
+the same cell again with ``run_table.py`` resumes it. At the end the results pages are regenerated once, and
+one line per job says how it ended; the exit status is 1 if any job failed (stopped jobs do not count).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_TABLE = REPO / "benchmarks" / "paper" / "run_table.py"
+
+
+@dataclass
+class Job:
+    """One line of the jobs file and, once started, its process."""
+
+    number: int
+    words: list[str]
+    process: subprocess.Popen | None = None
+    started: float | None = None
+    ended: float | None = None
+    outcome: str = "not started"
+    log: Path | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        table = self.words[0].replace("/", "_")
+        cell = self.words[1] if len(self.words) > 1 else "all"
+        return f"{self.number:02d}_{table}_{cell}"
+
+
+def read_jobs(path: Path) -> list[Job]:
+    """The jobs of a jobs file, numbered from 1 in the file's order.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     jobs_file = Path(folder) / "jobs.txt"
+        ...     _ = jobs_file.write_text("# cheap first\\nfedpac/table5_fmnist fedproto_g\\n\\nfedpac/table10_fmnist fedpac --seeds 0\\n")
+        ...     [job.name for job in read_jobs(jobs_file)]
+        ['01_fedpac_table5_fmnist_fedproto_g', '02_fedpac_table10_fmnist_fedpac']
+    """
+    lines = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
+    return [Job(number, shlex.split(line)) for number, line in enumerate((l for l in lines if l), start=1)]
+
+
+def stop(jobs: list[Job], grace: float) -> None:
+    """SIGTERM every running job, then SIGKILL those still running ``grace`` seconds later."""
+    running = [job for job in jobs if job.process is not None and job.process.poll() is None]
+    for job in running:
+        job.process.send_signal(signal.SIGTERM)
+    until = time.monotonic() + grace
+    for job in running:
+        try:
+            job.process.wait(timeout=max(0.0, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            job.process.kill()
+            job.process.wait()
+        job.outcome = f"stopped at the deadline (exit {job.process.returncode})"
+        job.ended = time.monotonic()
+
+
+def run(jobs: list[Job], parallel: int, deadline: float, grace: float, logs: Path) -> list[Job]:
+    """Run the jobs, at most ``parallel`` at once, none starting after ``deadline`` seconds; returns them with
+    their outcomes."""
+    logs.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    waiting = list(jobs)
+    while True:
+        now = time.monotonic()
+        for job in jobs:
+            if job.process is not None and job.ended is None and job.process.poll() is not None:
+                job.ended = now
+                job.outcome = "finished" if job.process.returncode == 0 else f"failed (exit {job.process.returncode})"
+                print(f"[{now - start:6.0f} s] {job.name}: {job.outcome} after {job.ended - job.started:.0f} s",
+                      flush=True)
+        running = [job for job in jobs if job.process is not None and job.ended is None]
+        if now - start >= deadline:
+            stop(running, grace)
+            break
+        while waiting and len(running) < parallel:
+            job = waiting.pop(0)
+            job.log = logs / f"{job.name}.log"
+            command = [sys.executable, str(RUN_TABLE), *job.words, "--quiet", "--no-pages"]
+            with open(job.log, "w") as log:
+                job.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            job.started = time.monotonic()
+            running.append(job)
+            print(f"[{job.started - start:6.0f} s] {job.name}: started", flush=True)
+        if not running and not waiting:
+            break
+        time.sleep(1.0)
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("jobs", type=Path, help="the jobs file: one '<paper>/<table> <cell> [options]' per line")
+    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1, help="jobs at once (default: cores)")
+    parser.add_argument("--deadline", type=float, default=float("inf"),
+                        help="seconds after which no job starts and running jobs are stopped")
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--logs", type=Path, default=REPO / "campaign_logs", help="folder of the jobs' logs")
+    args = parser.parse_args(argv)
+    if args.parallel < 1:
+        parser.error("--parallel must be at least 1")
+    jobs = run(read_jobs(args.jobs), args.parallel, args.deadline, args.grace, args.logs)
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False, cwd=REPO)
+    for job in jobs:
+        took = f" after {job.ended - job.started:.0f} s" if job.started is not None and job.ended is not None else ""
+        print(f"{job.name}: {job.outcome}{took}")
+    return 1 if any(job.outcome.startswith("failed") for job in jobs) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
