@@ -177,7 +177,7 @@ def run_one(run: RunFile, seed: int, data) -> dict:
     import jax
 
     from pflax import checkpoint
-    from pflax.experiment import Record, loop
+    from pflax.experiment import Record, _jax_info, loop
     from pflax.models.bn import digits_cnn
 
     train, test, names = data
@@ -191,11 +191,12 @@ def run_one(run: RunFile, seed: int, data) -> dict:
     fingerprint = {"arm": arm, "seed": seed, "width": run.width, "domains": list(names),
                    "train_per_domain": run.train_per_domain, "test_per_domain": run.test_per_domain,
                    "eval_every": run.eval_every}
-    record = Record()
+    record = Record(sessions=[{"from_round": 0, **_jax_info()}])
     if checkpoint.latest_step(checkpoints):
         restored = checkpoint.restore(checkpoints, state, run=fingerprint)
         state, record = restored.state, Record(**restored.extra)
         record.resumed_at.append(restored.step)
+        record.sessions.append({"from_round": restored.step, **_jax_info()})
         print(f"  [{arm} seed {seed}] resumed at round {restored.step}", flush=True)
 
     def report(state, record, evaluated: bool) -> None:
@@ -224,6 +225,7 @@ def run_one(run: RunFile, seed: int, data) -> dict:
         "eval_rounds": rounds_evaluated, "accuracy_curve": curve.tolist(),
         "best_per_domain": curve.max(0).tolist(), "final_per_domain": curve[-1].tolist(),
         "seconds": time.time() - t0, "config": repr(config),
+        "jax": _jax_info(), "sessions": record.sessions,  # the machine (an H100, a CPU) of each process
         **({"resumed_at_rounds": record.resumed_at} if record.resumed_at else {}),
     }
     if arm == "fedpick" and seed == run.seeds[0]:

@@ -541,6 +541,8 @@ class Record:
         on evaluation rounds, and ``refused_nonfinite`` on a round whose NaN/Inf update was refused.
       evaluations: ``{"round", "accuracy": [per client, 0..1]}`` at every evaluation.
       resumed_at: rounds at which the run was resumed.
+      sessions: ``{"from_round", "version", "backend", "devices", ...}`` for every process that trained the
+        run, in order: a run resumed on another machine (a GPU's checkpoint finished on a CPU, say) names both.
       last_round: the last round's matrix-shaped metrics (e.g. FedPAC's combination weights) and its
         participants' ids.
 
@@ -552,6 +554,7 @@ class Record:
     evaluations: list = dataclasses.field(default_factory=list)
     resumed_at: list = dataclasses.field(default_factory=list)
     last_round: dict = dataclasses.field(default_factory=dict)
+    sessions: list = dataclasses.field(default_factory=list)
 
     @property
     def rounds_done(self) -> int:
@@ -772,6 +775,16 @@ def _jax_info() -> dict:
             "default_matmul_precision": jax.config.jax_default_matmul_precision}
 
 
+def _earlier_session(results: Path) -> list[dict]:
+    """The first session of a run whose checkpoint predates ``Record.sessions``, read from the ``jax`` entry of
+    its results file (``[]`` when there is none)."""
+    try:
+        jax_info = json.loads(results.read_text()).get("jax")
+    except (OSError, ValueError):
+        return []
+    return [{"from_round": 0, **jax_info}] if isinstance(jax_info, dict) else []
+
+
 def tensorboard_writer(logdir: str | os.PathLike):
     """An ``after_round`` hook for :func:`loop` that writes every round's metrics (``round/<name>``), the
     mean personalized accuracy (``eval/accuracy``) and the per-client accuracy histogram
@@ -895,12 +908,16 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
         state = restored.state
         record = Record(**{k: restored.extra[k] for k in ("history", "evaluations", "resumed_at", "last_round")})
         record.resumed_at.append(restored.step)
+        # Checkpoints written before sessions were recorded: the results file beside them names the machine.
+        record.sessions = list(restored.extra.get("sessions") or _earlier_session(out / "results.json"))
+        record.sessions.append({"from_round": restored.step, **_jax_info()})
     else:
         if checkpoints.exists():
             import shutil
 
             shutil.rmtree(checkpoints)
         packed.unlink(missing_ok=True)  # a fresh run's history must not be resumed from an older one's
+        record.sessions.append({"from_round": 0, **_jax_info()})
     _atomic_write(out / "run.toml", spec.to_toml().encode())
     try:
         groups = len(dominant_groups(num_classes)) if spec.partition["name"] in ("fedpac", "concept_shift") else 1
@@ -926,6 +943,7 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
             "jax": _jax_info(),
             "rounds_completed": record.rounds_done,
             "resumed_at_rounds": record.resumed_at,
+            "sessions": record.sessions,
             "final_accuracy": summarize(np.asarray(final), np.asarray(test.sizes)),
             "final_per_client": final,
             "test_sizes": np.asarray(test.sizes).tolist(),

@@ -219,6 +219,9 @@ def test_kill_and_resume_is_bit_identical(killed_and_resumed):
     res = json.loads((killed / "results.json").read_text())
     assert res["resumed_at_rounds"] == [at_kill[-1]] and ref["resumed_at_rounds"] == []
     assert res["rounds_completed"] == 8 and res["status"] == "finished"
+    # each process that trained the run names its machine, and the round it started from
+    assert [s["from_round"] for s in res["sessions"]] == [0, at_kill[-1]] and len(ref["sessions"]) == 1
+    assert all(s["backend"] == res["jax"]["backend"] and s["device_kind"] for s in res["sessions"])
     assert _comparable(res) == _comparable(ref)
     assert len(res["timing"]) == len(ref["timing"])  # timings exist, but are not compared
 
@@ -259,3 +262,14 @@ def test_cli_resume_from_truncated_checkpoint(killed_and_resumed, tmp_path):
     with pytest.raises(SystemExit, match=r"cannot resume: checkpoint step 8 in .* is truncated or corrupt"):
         cli.main(RUN + ["--out", str(copy), "--resume"])
     assert (copy / "results.json").read_bytes() == before  # results untouched
+
+
+def test_a_checkpoint_older_than_session_records_takes_its_first_session_from_the_results_file(tmp_path):
+    from pflax.experiment import _earlier_session
+
+    gpu = {"version": "0.11.2", "backend": "gpu", "devices": ["cuda:0"], "device_kind": "NVIDIA H100 80GB HBM3"}
+    (tmp_path / "results.json").write_text(json.dumps({"status": "running (90/200 rounds)", "jax": gpu}))
+    assert _earlier_session(tmp_path / "results.json") == [{"from_round": 0, **gpu}]
+    assert _earlier_session(tmp_path / "missing.json") == []
+    (tmp_path / "old.json").write_text(json.dumps({"status": "finished"}))
+    assert _earlier_session(tmp_path / "old.json") == []

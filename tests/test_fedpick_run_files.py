@@ -129,6 +129,10 @@ def test_the_benchmark_runs_skips_and_extends_as_its_run_file_says(tmp_path, mni
     first = json.loads((out / "fedbn_seed0.json").read_text())
     assert first["rounds"] == 2 and first["eval_rounds"] == [1, 2] and len(first["best_per_domain"]) == 2
     assert first["run_file"] == str(path) or first["run_file"].endswith("fedbn.toml")
+    import jax
+
+    assert first["jax"]["backend"] == jax.default_backend() and first["jax"]["device_kind"]
+    assert first["sessions"] == [{"from_round": 0, **first["jax"]}]  # one process trained it
     capsys.readouterr()
     bench.main([str(path), "--data-dir", str(mnist_dir.parent)])
     assert "data built" not in capsys.readouterr().out  # nothing left to train
