@@ -11,6 +11,9 @@ jobs still running then are stopped (SIGTERM, then SIGKILL after ``--grace`` sec
 latest checkpoint (packed into its results folder as ``checkpoint.tar.gz`` for pflax run files), so running
 the same cell again with ``run_table.py`` resumes it. At the end the results pages are regenerated once, and
 one line per job says how it ended; the exit status is 1 if any job failed (stopped jobs do not count).
+``--archive results.tar.gz`` also packs every file that the campaign wrote under ``benchmarks/results/`` and
+``docs/results/`` into one file to carry home, leaving out checkpoint folders (a run's packed
+``checkpoint.tar.gz`` is what resumes it elsewhere; the folders can be hundreds of times larger).
 """
 from __future__ import annotations
 
@@ -20,9 +23,11 @@ import shlex
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TABLE = REPO / "benchmarks" / "paper" / "run_table.py"
@@ -78,9 +83,15 @@ def stop(jobs: list[Job], grace: float) -> None:
         job.ended = time.monotonic()
 
 
-def run(jobs: list[Job], parallel: int, deadline: float, grace: float, logs: Path) -> list[Job]:
+def run_table_command(words: list[str]) -> list[str]:
+    """The command of one job: ``run_table.py`` with the job's words, quiet, leaving the pages alone."""
+    return [sys.executable, str(RUN_TABLE), *words, "--quiet", "--no-pages"]
+
+
+def run(jobs: list[Job], parallel: int, deadline: float, grace: float, logs: Path,
+        command: Callable[[list[str]], list[str]] = run_table_command) -> list[Job]:
     """Run the jobs, at most ``parallel`` at once, none starting after ``deadline`` seconds; returns them with
-    their outcomes."""
+    their outcomes. ``command`` turns a job's words into the process to start."""
     logs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     waiting = list(jobs)
@@ -99,9 +110,8 @@ def run(jobs: list[Job], parallel: int, deadline: float, grace: float, logs: Pat
         while waiting and len(running) < parallel:
             job = waiting.pop(0)
             job.log = logs / f"{job.name}.log"
-            command = [sys.executable, str(RUN_TABLE), *job.words, "--quiet", "--no-pages"]
             with open(job.log, "w") as log:
-                job.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+                job.process = subprocess.Popen(command(job.words), stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
             job.started = time.monotonic()
             running.append(job)
             print(f"[{job.started - start:6.0f} s] {job.name}: started", flush=True)
@@ -109,6 +119,33 @@ def run(jobs: list[Job], parallel: int, deadline: float, grace: float, logs: Pat
             break
         time.sleep(1.0)
     return jobs
+
+
+def archive_results(since: float, archive: Path, roots: tuple[Path, ...] | None = None) -> list[Path]:
+    """Pack the files under ``roots`` (default: ``benchmarks/results`` and ``docs/results``) modified after
+    ``since`` (a ``time.time()``) into the tar.gz ``archive``, paths relative to the repository, checkpoint
+    folders left out; returns the files packed.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     root = Path(folder) / "benchmarks" / "results" / "cell"
+        ...     (root / "checkpoints" / "10").mkdir(parents=True)
+        ...     for name in ("results.json", "checkpoint.tar.gz", "checkpoints/10/state"):
+        ...         _ = (root / name).write_text("x")
+        ...     packed = archive_results(0.0, Path(folder) / "out.tar.gz", (root,))
+        ...     sorted(p.name for p in packed)
+        ['checkpoint.tar.gz', 'results.json']
+    """
+    roots = roots or (REPO / "benchmarks" / "results", REPO / "docs" / "results")
+    files = sorted(path for root in roots for path in root.rglob("*")
+                   if path.is_file() and "checkpoints" not in path.relative_to(root).parts
+                   and path.stat().st_mtime > since)
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in files:
+            home = REPO if path.is_relative_to(REPO) else next(root for root in roots if path.is_relative_to(root))
+            tar.add(path, arcname=path.relative_to(home).as_posix())
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,11 +156,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after which no job starts and running jobs are stopped")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("--logs", type=Path, default=REPO / "campaign_logs", help="folder of the jobs' logs")
+    parser.add_argument("--archive", type=Path,
+                        help="also pack the results files the campaign wrote (no checkpoint folders) into this tar.gz")
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error("--parallel must be at least 1")
+    started = time.time()
     jobs = run(read_jobs(args.jobs), args.parallel, args.deadline, args.grace, args.logs)
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False, cwd=REPO)
+    if args.archive is not None:
+        packed = archive_results(started, args.archive)
+        print(f"{args.archive}: {len(packed)} files, {args.archive.stat().st_size / 2**20:.1f} MiB")
     for job in jobs:
         took = f" after {job.ended - job.started:.0f} s" if job.started is not None and job.ended is not None else ""
         print(f"{job.name}: {job.outcome}{took}")

@@ -1,0 +1,72 @@
+"""``benchmarks/paper/campaign.py``: jobs start in order, at most ``--parallel`` at once, and are stopped at the
+deadline; the archive carries results and packed checkpoints but no checkpoint folders."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _campaign():
+    spec = importlib.util.spec_from_file_location("campaign", REPO / "benchmarks" / "paper" / "campaign.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _python(words: list[str]) -> list[str]:
+    """A job ``sleep <s>`` or ``exit <code>`` as a small Python process."""
+    verb, value = words
+    code = f"import time; time.sleep({float(value)})" if verb == "sleep" else f"raise SystemExit({int(value)})"
+    return [sys.executable, "-c", code]
+
+
+def test_jobs_run_in_order_at_most_parallel_and_stop_at_the_deadline(tmp_path):
+    campaign = _campaign()
+    jobs_file = tmp_path / "jobs.txt"
+    jobs_file.write_text("# two quick jobs, one failing, then two that outlast the deadline\n"
+                         "exit 0\nexit 3\nsleep 60\nsleep 60  # a comment\nexit 0\n")
+    jobs = campaign.read_jobs(jobs_file)
+    assert [job.words for job in jobs] == [["exit", "0"], ["exit", "3"], ["sleep", "60"], ["sleep", "60"],
+                                           ["exit", "0"]]
+    start = time.monotonic()
+    campaign.run(jobs, parallel=2, deadline=8, grace=5, logs=tmp_path / "logs", command=_python)
+    assert time.monotonic() - start < 30
+    outcomes = [job.outcome for job in jobs]
+    assert outcomes[:2] == ["finished", "failed (exit 3)"]
+    assert all(o.startswith("stopped at the deadline") for o in outcomes[2:4])
+    assert outcomes[4] == "not started"  # the two sleepers held both places until the deadline
+    assert all(job.process.poll() is not None for job in jobs[:4])  # nothing left running
+    assert jobs[0].started <= jobs[2].started and jobs[2].started >= jobs[0].ended  # order, two at a time
+    assert (tmp_path / "logs" / f"{jobs[0].name}.log").exists()
+
+
+def test_the_archive_leaves_checkpoint_folders_and_older_files_out(tmp_path):
+    campaign = _campaign()
+    root = tmp_path / "results"
+    old = root / "old" / "results.json"
+    old.parent.mkdir(parents=True)
+    old.write_text("{}")
+    since = time.time()
+    time.sleep(0.05)
+    cell = root / "cell" / "seed0"
+    (cell / "checkpoints" / "10" / "state").mkdir(parents=True)
+    for name in ("results.json", "checkpoint.tar.gz", "checkpoints/10/state/data"):
+        (cell / name).write_text("x")
+    archive = tmp_path / "out.tar.gz"
+    packed = campaign.archive_results(since, archive, (root,))
+    assert sorted(p.relative_to(root).as_posix() for p in packed) == ["cell/seed0/checkpoint.tar.gz",
+                                                                      "cell/seed0/results.json"]
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["cell/seed0/checkpoint.tar.gz", "cell/seed0/results.json"]
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(_campaign(), optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 2 and result.failed == 0
