@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _campaign():
     spec = importlib.util.spec_from_file_location("campaign", REPO / "benchmarks" / "paper" / "campaign.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
