@@ -1249,6 +1249,25 @@ def _seconds_per_round(algorithm: str) -> float:
     return measured_seconds_per_round(json.loads((RESULTS / TIMING_REFERENCE[algorithm]).read_text()))
 
 
+def machine_of(path: Path) -> str:
+    """Where a results file's run was trained: the device kind of each process that trained it (its backend
+    for files older than device kinds), with the round it started from when there were several machines;
+    "not recorded" for a file that names none."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "not recorded"
+    sessions = data.get("sessions") if isinstance(data, dict) else None
+    if not sessions and isinstance(data, dict) and isinstance(data.get("jax"), dict):
+        sessions = [{"from_round": 0, **data["jax"]}]
+    if not sessions:
+        return "not recorded"
+    names = [s.get("device_kind") or s.get("backend", "?") for s in sessions]
+    if len(set(names)) == 1:
+        return names[0]
+    return ", then ".join(f"{name} from round {s['from_round']}" for name, s in zip(names, sessions))
+
+
 def cpu_estimate(run_file: str) -> dict:
     """Estimated CPU time of the run file ``benchmarks/paper/<run_file>`` (all its seeds), from measured runs.
 
@@ -1808,7 +1827,9 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
     out += ["", "## Sources", "",
             "Files are relative to the repository root. Commands are rebuilt from what each results file "
             "recorded (for `pflax run`: its `args`, with `DATA` for the datasets folder and `--out` the folder "
-            "the file is committed in); `DIR` stands for a machine-specific path in a recorded command.", ""]
+            "the file is committed in); `DIR` stands for a machine-specific path in a recorded command. "
+            "**trained on** is each file's machine, from its `sessions` (or `jax`) entry: the device kind (`cpu` "
+            "for a CPU), or the backend for files older than device kinds.", ""]
     rows = []
     for c in refs:
         seeds = cpu_estimate(c.row.run_file)["seed_list"] if c.row.run_file and not c.row.missing else (0,)
@@ -1820,9 +1841,12 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
             folder, cell = c.row.run_file.rsplit("/", 1)
             commands = [f"python benchmarks/paper/run_table.py {folder} {cell.removesuffix('.toml')}"]
         commands = "<br>".join(f"`{cmd}`" for cmd in commands) or DASH
+        machines = [machine_of(path) for path in c.files]
+        machines = DASH if not machines else machines[0] if len(set(machines)) == 1 else "<br>".join(machines)
         rows.append([c.ref, "<br>".join(f"`{f}`" for f in files), f"`{c.value_expr}`", f"`{c.rounds_expr}`",
-                     paper_row, commands])
-    out += table(["src", "results file(s)", "value read", "rounds read", "paper row", "command(s)"], rows)
+                     paper_row, commands, machines])
+    out += table(["src", "results file(s)", "value read", "rounds read", "paper row", "command(s)", "trained on"],
+                 rows)
     return RenderedPage(page, "\n".join(out) + "\n", sections)
 
 

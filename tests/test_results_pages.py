@@ -759,3 +759,22 @@ def test_readme_headline_numbers_are_the_results_pages(quote):
     seeds = int(row["seeds"])
     assert f"{seeds} seed" in ours or seeds == 1 and "seed" not in ours, (ours, seeds)
     assert reference.startswith(f"paper {row['paper']} %"), (reference, row["paper"])
+
+
+def test_the_sources_name_the_machine_of_each_run(tmp_path):
+    gen = _generator()
+    gpu = {"backend": "gpu", "device_kind": "NVIDIA H100 80GB HBM3"}
+    cpu = {"backend": "cpu", "device_kind": "cpu"}
+    files = {"moved.json": {"jax": cpu, "sessions": [{"from_round": 0, **gpu}, {"from_round": 90, **cpu}]},
+             "one.json": {"jax": gpu, "sessions": [{"from_round": 0, **gpu}]},
+             "resumed_here.json": {"sessions": [{"from_round": 0, **cpu}, {"from_round": 50, **cpu}]},
+             "older.json": {"jax": {"backend": "cpu", "version": "0.4.30"}},
+             "none.json": {"arm": "fedavg"}}
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    assert {name: gen.machine_of(tmp_path / name) for name in files} == {
+        "moved.json": "NVIDIA H100 80GB HBM3 from round 0, then cpu from round 90",
+        "one.json": "NVIDIA H100 80GB HBM3", "resumed_here.json": "cpu", "older.json": "cpu",
+        "none.json": "not recorded"}
+    pages = "".join(p.read_text() for p in (REPO / "docs" / "results").glob("*.md"))
+    assert pages.count("| trained on |") == len(gen.PAGES)
