@@ -840,12 +840,10 @@ def _seeds_not_run(folder: str, table: str) -> str:
         spec = tomllib.loads(run_file.read_text())
         seeds = [k for k in spec["seeds"] if not (RESULTS / folder / f"{spec['arm']}_seed{k}.json").exists()]
         if seeds:
-            missing.append(f"{LABELS_FEDPICK.get(spec['arm'], spec['arm'])} ({', '.join(map(str, seeds))})")
+            missing.append(f"{dict((arm, label) for label, arm in _T2_ARMS).get(spec['arm'], spec['arm'])} "
+                           f"({', '.join(map(str, seeds))})")
     return ", ".join(missing) or "none"
 
-
-LABELS_FEDPICK = {"single": "SingleSet", "fedavg": "FedAvg", "fedprox": "FedProx", "fedper": "FedPer",
-                  "fedrep": "FedRep", "lg_fedavg": "LG-FedAvg", "fedbn": "FedBN", "fedpick": "FedPick"}
 
 _T2_ARMS = (("SingleSet", "single"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"), ("FedPer", "fedper"),
             ("FedRep", "fedrep"), ("LG-FedAvg", "lg_fedavg"), ("FedBN", "fedbn"), ("FedPick", "fedpick"))
@@ -994,9 +992,7 @@ FEDPICK_TABLE2 = Page(
     citation=FEDPICK_CITE + " Table II (Digits-Five columns; best test accuracy, mean over 5 seeds, %).",
     data="offline stand-in domains (MNIST is real MNIST)",
     intro=_PICK_INTRO,
-    sections=_fedpick("II", [("SingleSet", "single", None), ("FedAvg", "fedavg", None), ("FedProx", "fedprox", None),
-                             ("FedPer", "fedper", None), ("FedRep", "fedrep", None), ("LG-FedAvg", "lg_fedavg", None),
-                             ("FedBN", "fedbn", None), ("FedPick", "fedpick", None)],
+    sections=_fedpick("II", [(label, arm, None) for label, arm in _T2_ARMS],
                       mnist_note=FEDPICK_T2_MNIST_DIAGNOSIS, superseded_by="fedpick_domains_300")
     + _fedpick_300() + _fedpick_bn_check()
     + _fedpick_usps() + _fedpick_width1(),
