@@ -177,7 +177,7 @@ def run_one(run: RunFile, seed: int, data) -> dict:
     import jax
 
     from pflax import checkpoint
-    from pflax.experiment import Record, _jax_info, loop
+    from pflax.experiment import Record, loop, machine_info
     from pflax.models.bn import digits_cnn
 
     train, test, names = data
@@ -191,12 +191,12 @@ def run_one(run: RunFile, seed: int, data) -> dict:
     fingerprint = {"arm": arm, "seed": seed, "width": run.width, "domains": list(names),
                    "train_per_domain": run.train_per_domain, "test_per_domain": run.test_per_domain,
                    "eval_every": run.eval_every}
-    record = Record(sessions=[{"from_round": 0, **_jax_info()}])
+    record = Record(sessions=[{"from_round": 0, **machine_info()}])
     if checkpoint.latest_step(checkpoints):
         restored = checkpoint.restore(checkpoints, state, run=fingerprint)
         state, record = restored.state, Record(**restored.extra)
         record.resumed_at.append(restored.step)
-        record.sessions.append({"from_round": restored.step, **_jax_info()})
+        record.sessions.append({"from_round": restored.step, **machine_info()})
         print(f"  [{arm} seed {seed}] resumed at round {restored.step}", flush=True)
 
     def report(state, record, evaluated: bool) -> None:
@@ -225,7 +225,7 @@ def run_one(run: RunFile, seed: int, data) -> dict:
         "eval_rounds": rounds_evaluated, "accuracy_curve": curve.tolist(),
         "best_per_domain": curve.max(0).tolist(), "final_per_domain": curve[-1].tolist(),
         "seconds": time.time() - t0, "config": repr(config),
-        "jax": _jax_info(), "sessions": record.sessions,  # the machine (an H100, a CPU) of each process
+        "jax": machine_info(), "sessions": record.sessions,  # the machine (an H100, a CPU) of each process
         **({"resumed_at_rounds": record.resumed_at} if record.resumed_at else {}),
     }
     if arm == "fedpick" and seed == run.seeds[0]:
@@ -320,6 +320,8 @@ def _plot_curves(out: Path, arms: list[str]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from pflax.figures import save_png
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm in arms:
         runs = _longest_runs(out, arm)
@@ -333,8 +335,7 @@ def _plot_curves(out: Path, arms: list[str]) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(out / "accuracy.png", dpi=120)
-    plt.close(fig)
+    save_png(fig, out / "accuracy.png", dpi=120)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -65,7 +65,8 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import numpy as np
 
 __all__ = ["RunSpec", "RunError", "Diverged", "Record", "loop", "run", "run_all", "chosen_seeds", "finished_result",
-           "build", "Built", "make_config", "make_model", "plot_weights", "tensorboard_writer", "restrict", "MODELS"]
+           "build", "Built", "make_config", "make_model", "plot_weights", "tensorboard_writer", "restrict",
+           "machine_info", "MODELS"]
 
 MODELS = {
     "cnn": "FedPAC's CNN (2 conv + 2 dense; the CIFAR variant for 3-channel images)",
@@ -689,13 +690,10 @@ def _remove_stale_temp_files(out: Path) -> None:
 
 
 def _png(fig) -> bytes:
-    import matplotlib.pyplot as plt
+    from .figures import png_bytes
 
-    buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=120)
 
 
 def _plot_accuracy(record: Record, title: str) -> bytes:
@@ -765,7 +763,21 @@ def _data_dir(text: str | None) -> str | None:
     return expanded
 
 
-def _jax_info() -> dict:
+def machine_info() -> dict:
+    """The JAX install and the device this process computes on, as a results file records them (the ``jax``
+    entry, and each of its ``sessions`` beside the round it started from).
+
+    Returns:
+      ``{"version", "backend", "devices", "device_kind", "default_matmul_precision"}``: JAX's version, its
+      default backend (``cpu``, ``gpu``, ``tpu``), every device's name, the first device's kind (the chip)
+      and the configured matmul precision (``None``: XLA's default).
+
+    >>> info = machine_info()
+    >>> sorted(info)
+    ['backend', 'default_matmul_precision', 'device_kind', 'devices', 'version']
+    >>> info["backend"] in ("cpu", "gpu", "tpu") and len(info["devices"]) >= 1
+    True
+    """
     import jax
 
     # device_kind names the chip (an H100, say), which str(device) does not; the matmul precision matters on GPUs,
@@ -910,14 +922,14 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
         record.resumed_at.append(restored.step)
         # Checkpoints written before sessions were recorded: the results file beside them names the machine.
         record.sessions = list(restored.extra.get("sessions") or _earlier_session(out / "results.json"))
-        record.sessions.append({"from_round": restored.step, **_jax_info()})
+        record.sessions.append({"from_round": restored.step, **machine_info()})
     else:
         if checkpoints.exists():
             import shutil
 
             shutil.rmtree(checkpoints)
         packed.unlink(missing_ok=True)  # a fresh run's history must not be resumed from an older one's
-        record.sessions.append({"from_round": 0, **_jax_info()})
+        record.sessions.append({"from_round": 0, **machine_info()})
     _atomic_write(out / "run.toml", spec.to_toml().encode())
     try:
         groups = len(dominant_groups(num_classes)) if spec.partition["name"] in ("fedpac", "concept_shift") else 1
@@ -940,7 +952,7 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
             "run": spec.to_dict(),
             "seed": seed,
             "config": _plain(_config_fields(config)),
-            "jax": _jax_info(),
+            "jax": machine_info(),
             "rounds_completed": record.rounds_done,
             "resumed_at_rounds": record.resumed_at,
             "sessions": record.sessions,

@@ -37,6 +37,8 @@ def test_cli_offline_run_writes_results(tmp_path):
     assert 0.0 <= result["final_accuracy"]["mean"] <= 100.0
     for name in ("run.toml", "rounds.csv", "accuracy.png", "weights.png"):
         assert (out / name).stat().st_size > 0
+    for name in ("accuracy.png", "weights.png"):  # palette PNGs, a third of RGBA's size (results are committed)
+        assert (out / name).read_bytes()[25] == 3, f"{name} is not a palette PNG"
     assert not list(out.glob(".*"))  # no temp files left behind
 
 

@@ -363,6 +363,8 @@ def cmd_plot(args):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from pflax.figures import save_png
+
     results = Path(args.results)
     rows = [r for r in json.loads((results / "scaling.json").read_text()) if "error" not in r]
     on_gpu = rows[0].get("pflax_device_peak_bytes") is not None
@@ -408,7 +410,7 @@ def cmd_plot(args):
     fig.suptitle(f"pflax vs PyTorch loop, {where} (max 1-min load while measured {load:.1f})\nrandom data, "
                  f"{rows[0]['samples_per_client']} samples/client, 1+5 (FedPAC) or 5 (FedAvg) epochs")
     fig.tight_layout()
-    fig.savefig(results / "scaling.png", dpi=110)
+    save_png(fig, results / "scaling.png", dpi=110)
     (results / "scaling_growth.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
 

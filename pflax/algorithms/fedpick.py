@@ -59,6 +59,7 @@ from ..core.federated import State, sample_clients
 from ..core.losses import cross_entropy, masked_mean
 from ..core.train import batched_apply
 from ..data.clients import ClientData
+from ..figures import save_png
 from ..models import TorchDense
 from ..models.bn import BNModel
 from . import leafwise
@@ -530,5 +531,4 @@ def plot_mask_selection(frequency: np.ndarray, names: list[str], path: str, thre
     b.set_title("mask overlap (IoU)")
     fig.colorbar(im2, ax=b)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path, dpi=120)

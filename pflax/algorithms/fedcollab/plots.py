@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...figures import save_png
 from .solver import coalitions_of
 
 __all__ = ["plot_distances"]
@@ -45,5 +46,4 @@ def plot_distances(dist, assignment, path, title: str = "FedCollab: estimated di
     fig.colorbar(im, ax=ax, label="D_hat")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_png(fig, path, dpi=120)
