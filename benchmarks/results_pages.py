@@ -521,31 +521,32 @@ def _t10_fedpac_note() -> str:
     def paper_of(method: str) -> float:
         return paper[("FedPAC", "10", T10_SETTING, method, "acc")]
 
-    def final_of(cell: str) -> float | None:
+    def result_of(cell: str) -> dict | None:
         path = folder / cell / "results.json"
-        return json.loads(path.read_text())["final_accuracy"]["mean"] if path.exists() else None
+        return json.loads(path.read_text()) if path.exists() else None
 
     def at_round(run: dict, round_: int) -> float:
         return 100 * statistics.fmean(next(e["accuracy"] for e in run["personalized_history"] if e["round"] == round_))
 
-    def change_100_to_200(files: list[Path]) -> float:  # mean over the files' runs
-        done = [json.loads(f.read_text()) for f in files]
+    def change_100_to_200(done: list[dict]) -> float:  # mean over the runs
         return statistics.fmean(at_round(r, 200) - at_round(r, 100) for r in done)
 
     final = statistics.fmean(r["final_accuracy"]["mean"] for r in runs)
     rounds = [e["round"] for e in runs[0]["personalized_history"]]
     curve = {k: statistics.fmean(at_round(r, k) for r in runs) for k in rounds}  # mean over seeds
     peak = max(curve, key=curve.get)
-    table1 = change_100_to_200(sorted((RESULTS / "table2_fmnist/both").glob("seed*/results.json")))
-    baselines = [change_100_to_200([folder / cell / "results.json"]) for _, cell in _T10_SHARED_BODY
-                 if (folder / cell / "results.json").exists()]
+    table1 = change_100_to_200([json.loads(p.read_text())
+                                for p in sorted((RESULTS / "table2_fmnist/both").glob("seed*/results.json"))])
+    shared_runs = {label: run for label, cell in _T10_SHARED_BODY if (run := result_of(cell)) is not None}
+    baselines = [change_100_to_200([run]) for run in shared_runs.values()]
     # share of each client's head combination on clients rotated by the same angle (group = client mod 5)
     same_angle = []
     for r in runs:
         weights, ids = r["last_round"]["combination_weights"], r["last_round"]["client_ids"]
         same_angle += [sum(w for j, w in zip(ids, row) if j % 5 == i % 5) for i, row in zip(ids, weights)]
-    shared = [(label, final_of(cell) - paper_of(label)) for label, cell in _T10_SHARED_BODY if final_of(cell) is not None]
-    local = final_of("local_only")
+    shared = [(label, run["final_accuracy"]["mean"] - paper_of(label)) for label, run in shared_runs.items()]
+    local_run = result_of("local_only")
+    local = None if local_run is None else local_run["final_accuracy"]["mean"]
     seeds = f"{len(runs)} seed{'s' if len(runs) > 1 else ''}"
     text = (
         f"**FedPAC** ({seeds}) ends {paper_of('FedPAC') - final:.2f} points under the paper after the full 200 "
