@@ -71,3 +71,23 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(_campaign(), optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 2 and result.failed == 0
+
+
+def test_the_archive_keeps_the_smallest_packs_within_the_limit_and_no_half_written_pack(tmp_path):
+    campaign = _campaign()
+    root = tmp_path / "results"
+    since = time.time() - 1
+    for cell, size in (("big", 3000), ("small", 1000), ("middle", 2000)):
+        (root / cell).mkdir(parents=True)
+        (root / cell / "results.json").write_text("{}")
+        (root / cell / "checkpoint.tar.gz").write_bytes(b"x" * size)
+    (root / "big" / ".checkpoint.tar.gz.abc123.tmp").write_bytes(b"x" * 10)  # a pack cut off while written
+    archive = tmp_path / "out.tar.gz"
+    packed = campaign.archive_results(since, archive, (root,), max_pack_bytes=3500)
+    names = sorted(p.relative_to(root).as_posix() for p in packed)
+    assert names == ["big/results.json", "middle/checkpoint.tar.gz", "middle/results.json",
+                     "small/checkpoint.tar.gz", "small/results.json"]
+    kept, left_out = campaign.results_files(since, (root,), max_pack_bytes=3500)
+    assert kept == packed and [p.relative_to(root).as_posix() for p in left_out] == ["big/checkpoint.tar.gz"]
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == names

@@ -13,7 +13,9 @@ the same cell again with ``run_table.py`` resumes it. At the end the results pag
 one line per job says how it ended; the exit status is 1 if any job failed (stopped jobs do not count).
 ``--archive results.tar.gz`` also packs every file that the campaign wrote under ``benchmarks/results/`` and
 ``docs/results/`` into one file to carry home, leaving out checkpoint folders (a run's packed
-``checkpoint.tar.gz`` is what resumes it elsewhere; the folders can be hundreds of times larger).
+``checkpoint.tar.gz`` is what resumes it elsewhere; the folders can be hundreds of times larger), and
+``--archive-packs-mb 20`` keeps its packs, smallest first, within 20 MB, for a machine that sends back only
+so much (a 100-client run's pack can be 30 MB).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TABLE = REPO / "benchmarks" / "paper" / "run_table.py"
+PACKED = "checkpoint.tar.gz"  # a stopped run's latest checkpoint in one file (run_table.py writes it)
 
 
 @dataclass
@@ -121,10 +124,32 @@ def run(jobs: list[Job], parallel: int, deadline: float, grace: float, logs: Pat
     return jobs
 
 
-def archive_results(since: float, archive: Path, roots: tuple[Path, ...] | None = None) -> list[Path]:
+def results_files(since: float, roots: tuple[Path, ...], max_pack_bytes: float = float("inf")
+                  ) -> tuple[list[Path], list[Path]]:
+    """The files under ``roots`` modified after ``since`` that :func:`archive_results` packs, and the packed
+    checkpoints it leaves out to stay within ``max_pack_bytes`` (see there)."""
+    files = [path for root in roots for path in root.rglob("*")
+             if path.is_file() and "checkpoints" not in path.relative_to(root).parts
+             and not (path.name.startswith(".") and path.name.endswith(".tmp")) and path.stat().st_mtime > since]
+    packs = sorted((path for path in files if path.name == PACKED), key=lambda path: path.stat().st_size)
+    kept, left_out, total = [], [], 0
+    for pack in packs:
+        if total + pack.stat().st_size <= max_pack_bytes:
+            kept.append(pack)
+            total += pack.stat().st_size
+        else:
+            left_out.append(pack)
+    return sorted([path for path in files if path.name != PACKED] + kept), left_out
+
+
+def archive_results(since: float, archive: Path, roots: tuple[Path, ...] | None = None,
+                    max_pack_bytes: float = float("inf")) -> list[Path]:
     """Pack the files under ``roots`` (default: ``benchmarks/results`` and ``docs/results``) modified after
     ``since`` (a ``time.time()``) into the tar.gz ``archive``, paths relative to the repository, checkpoint
-    folders left out; returns the files packed.
+    folders left out; returns the files packed. Packed checkpoints (``checkpoint.tar.gz``) join, smallest
+    first, while their sizes together stay within ``max_pack_bytes``, so that the archive fits what a
+    machine can send back (a dozen 100-client runs' packs came to 190 MB); the half-written pack of a run
+    stopped while packing (``.checkpoint.tar.gz.*.tmp``) is left out.
 
     Example:
         >>> import tempfile
@@ -138,9 +163,7 @@ def archive_results(since: float, archive: Path, roots: tuple[Path, ...] | None 
         ['checkpoint.tar.gz', 'results.json']
     """
     roots = roots or (REPO / "benchmarks" / "results", REPO / "docs" / "results")
-    files = sorted(path for root in roots for path in root.rglob("*")
-                   if path.is_file() and "checkpoints" not in path.relative_to(root).parts
-                   and path.stat().st_mtime > since)
+    files, _ = results_files(since, roots, max_pack_bytes)
     with tarfile.open(archive, "w:gz") as tar:
         for path in files:
             home = REPO if path.is_relative_to(REPO) else next(root for root in roots if path.is_relative_to(root))
@@ -158,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, default=REPO / "campaign_logs", help="folder of the jobs' logs")
     parser.add_argument("--archive", type=Path,
                         help="also pack the results files the campaign wrote (no checkpoint folders) into this tar.gz")
+    parser.add_argument("--archive-packs-mb", type=float, default=float("inf"),
+                        help="at most this many MB of stopped runs' packed checkpoints in the archive, smallest "
+                             "first (the others stay on the machine; default: all)")
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error("--parallel must be at least 1")
@@ -165,8 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     jobs = run(read_jobs(args.jobs), args.parallel, args.deadline, args.grace, args.logs)
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False, cwd=REPO)
     if args.archive is not None:
-        packed = archive_results(started, args.archive)
+        packed = archive_results(started, args.archive, max_pack_bytes=args.archive_packs_mb * 1e6)
         print(f"{args.archive}: {len(packed)} files, {args.archive.stat().st_size / 2**20:.1f} MiB")
+        roots = (REPO / "benchmarks" / "results", REPO / "docs" / "results")
+        for path in results_files(started, roots, args.archive_packs_mb * 1e6)[1]:
+            print(f"  left out (over --archive-packs-mb): {path.relative_to(REPO)}, "
+                  f"{path.stat().st_size / 1e6:.1f} MB")
     for job in jobs:
         took = f" after {job.ended - job.started:.0f} s" if job.started is not None and job.ended is not None else ""
         print(f"{job.name}: {job.outcome}{took}")
