@@ -1453,6 +1453,17 @@ def _seconds_per_round(algorithm: str) -> float:
     return measured_seconds_per_round(json.loads((RESULTS / TIMING_REFERENCE[algorithm]).read_text()))
 
 
+def trained_on_cpu(data: dict) -> bool:
+    """Whether every process that trained a results file's run was on a CPU, so that its timings are CPU
+    seconds (a file that names no machine predates the GPU runs, all of which record theirs).
+
+    >>> trained_on_cpu({"sessions": [{"from_round": 0, "backend": "gpu"}, {"from_round": 90, "backend": "cpu"}]})
+    False
+    """
+    sessions = data.get("sessions") or ([data["jax"]] if isinstance(data.get("jax"), dict) else [])
+    return all(s.get("backend", "cpu") == "cpu" for s in sessions)
+
+
 def machine_of(path: Path) -> str:
     """Where a results file's run was trained: the device kind of each process that trained it (its backend
     for files older than device kinds), with the round it started from when there were several machines;
@@ -1665,8 +1676,8 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                 else:
                     # The cell's own finished seeds measure a seed better than a scaled run of another setting
                     # (a coalition run, for one, compiles once per coalition).
-                    measured = [s for s in (measured_seconds_per_seed(json.loads(f.read_text())) for f in files)
-                                if s is not None]
+                    timed = [data for data in (json.loads(f.read_text()) for f in files) if trained_on_cpu(data)]
+                    measured = [s for s in map(measured_seconds_per_seed, timed) if s is not None]
                     per_seed = statistics.median(measured) if measured else est["seconds"] / est["seeds"]
                     cell.missing_seeds_s = per_seed * len(cell.missing_seeds)
                     cell.status += listed + f"about {fmt_duration(cell.missing_seeds_s)} of CPU"
@@ -1732,12 +1743,16 @@ def resumes_from(path: Path) -> int:
 
 def _to_go(files: list[Path], cell: Cell, section: Section) -> dict[Path, float] | None:
     """CPU seconds for each file of an unfinished cell to reach its planned length (a run in progress) or
-    the paper's (a shorter run), at the file's own seconds per round, from the round it resumes from
-    (:func:`resumes_from`). None when a file records no timing."""
+    the paper's (a shorter run), at the file's own seconds per round when a CPU trained it (else at the
+    cell's estimate, :func:`cpu_estimate`), from the round it resumes from (:func:`resumes_from`). None when
+    neither is known."""
     out = {}
     for path, planned in zip(files, cell.planned):
         data = json.loads(path.read_text())
-        per_round = measured_seconds_per_round(data)
+        per_round = measured_seconds_per_round(data) if trained_on_cpu(data) else None
+        if per_round is None and cell.row.run_file is not None and cell.row.run_file.endswith(".toml"):
+            est = cpu_estimate(cell.row.run_file)
+            per_round = est["seconds"] / (est["seeds"] * est["rounds"])
         if per_round is None:
             return None
         target = max(planned, section.paper_rounds)
@@ -2193,8 +2208,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "Cells whose runs stopped before the paper's number of rounds (shorter runs) or are still going (runs "
             "in progress; a run superseded by a later run of the same cell is left out), and the CPU time their "
             "runs need to get there, all seeds included and each run counted "
-            "once (a FedPick run gives a cell in every domain's section), at each run's own seconds per round (as "
-            "above): a run in progress resumes from the packed checkpoint committed beside its results "
+            "once (a FedPick run gives a cell in every domain's section), at each run's own seconds per round when a "
+            "CPU trained it, else at the cell's estimate (as above): a run in progress resumes from the packed checkpoint committed beside its results "
             "(`checkpoint.tar.gz`, which `run_table.py` keeps while a run is unfinished), any other run starts "
             "again. "
             "Each page's status column gives the figure per cell.", ""]
@@ -2234,7 +2249,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
         out += ["", "## Seeds not run yet", "",
                 "Cells that have finished runs for some of the seeds their run file lists (FedPAC and each table's "
                 "best baseline have three), the seeds in progress, and the CPU time of those not run yet (the median "
-                "of the cell's finished seeds as their results files time them, else estimated as above; a cell "
+                "of the cell's finished seeds as their results files time them where a CPU trained them, else estimated "
+                "as above; a cell "
                 "read from another cell's run costs only an evaluation once that run has the seed). The cell's number is the mean over its finished seeds: a seed in progress joins it when "
                 "it finishes. `run_table.py` runs only the missing seeds.", ""]
         seed_rows.append(["**all pages**", "", "", "", "", "",

@@ -467,6 +467,39 @@ def test_time_to_the_paper_length_resumes_from_a_packed_checkpoint(tmp_path):
     assert gen._to_go([fedpick], cell, gen.Section("demo", (), paper_rounds=300)) == {fedpick: pytest.approx(3000.0)}
 
 
+def test_a_gpu_trained_run_is_timed_by_the_cpu_estimate_not_its_own_rounds(tmp_path, monkeypatch):
+    """A GPU's seconds per round say nothing of a CPU's: a run in progress that a GPU trained (even in part)
+    needs the cell's CPU estimate per round to reach the paper's length, and a GPU-trained finished seed does
+    not time the seeds not run yet; a CPU-trained run keeps its own timing."""
+    gen = _generator()
+    real = gen.expand
+    monkeypatch.setattr(gen, "expand", lambda pattern: sorted(tmp_path.glob(f"{pattern}/seed*/results.json"))
+                        if pattern.startswith("cell") else real(pattern))
+    run_file = "fedpac/table10_fmnist/ditto.toml"  # seeds 0, 1, 2; 200 rounds
+    estimate = gen.cpu_estimate(run_file)
+    per_round = estimate["seconds"] / (estimate["seeds"] * estimate["rounds"])
+    gpu = [{"from_round": 0, "backend": "gpu", "device_kind": "NVIDIA H100 80GB HBM3"}]
+    cpu = [{"from_round": 0, "backend": "cpu", "device_kind": "cpu"}]
+    history = [{"round": r, "seconds": 2.0} for r in range(1, 201)]
+    for cell, sessions, rounds in (("cell_gpu_running", gpu, 70), ("cell_cpu_running", cpu, 70),
+                                   ("cell_gpu_finished", gpu, 200), ("cell_mixed_finished", gpu + cpu, 200)):
+        path = tmp_path / cell / "seed0" / "results.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({
+            "seed": 0, "rounds_completed": rounds, "run": {"rounds": 200}, "command": "demo",
+            "final_accuracy": {"mean": 80.0}, "history": history[:rounds], "sessions": sessions,
+            "personalized_history": [{"round": rounds, "accuracy": [0.8]}]}))
+    rows = tuple(gen.Row(name, (name,), gen.FINAL, None, run_file=run_file)
+                 for name in ("cell_gpu_running", "cell_cpu_running", "cell_gpu_finished", "cell_mixed_finished"))
+    (gpu_running, cpu_running, gpu_finished, mixed), _ = gen.read_section(
+        gen.Section("demo", rows, paper_rounds=200), {}, [])
+    assert gpu_running.to_go_s == pytest.approx(200 * per_round)  # no pack: it starts again, on a CPU
+    assert cpu_running.to_go_s == pytest.approx(200 * 2.0)
+    for finished in (gpu_finished, mixed):
+        assert finished.missing_seeds == [1, 2]
+        assert finished.missing_seeds_s == pytest.approx(2 * estimate["seconds"] / estimate["seeds"])
+
+
 def test_a_superseded_row_is_shown_but_not_counted(monkeypatch):
     gen = _generator()
     (section,) = [s for s in gen.FEDPAC_TABLE2.sections if s.title.startswith("The earlier runs, each arm")]
