@@ -212,11 +212,15 @@ def paper_numbers(path: Path = PAPER_CSV) -> dict[tuple[str, ...], float]:
                 for r in csv.DictReader(f)}
 
 
-def _finished_runs(cell: str) -> list[dict]:
-    """The finished results files of a cell folder under ``benchmarks/results/`` (its own, or one per seed)."""
+def _result_paths(cell: str) -> list[Path]:
+    """The results files of a cell folder under ``benchmarks/results/``: its own, or one per seed."""
     folder = RESULTS / cell
-    paths = [folder / "results.json"] if (folder / "results.json").exists() else sorted(folder.glob("seed*/results.json"))
-    runs = [json.loads(p.read_text()) for p in paths]
+    return [folder / "results.json"] if (folder / "results.json").exists() else sorted(folder.glob("seed*/results.json"))
+
+
+def _finished_runs(cell: str) -> list[dict]:
+    """The finished runs of a cell folder (:func:`_result_paths`), each as its results file's contents."""
+    runs = [json.loads(p.read_text()) for p in _result_paths(cell)]
     return [r for r in runs if r.get("status") == "finished"]
 
 
@@ -321,8 +325,7 @@ def _t8_ditto_note() -> str:
     others = []
     for label, cell in (("FedPAC", "fedpac"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"),
                         ("Local-only", "local_only")):
-        folder = RESULTS / "table8_fmnist" / cell
-        paths = [folder / "results.json"] if (folder / "results.json").exists() else sorted(folder.glob("seed*/results.json"))
+        paths = _result_paths(f"table8_fmnist/{cell}")
         if not paths:
             continue
         other = _curve(json.loads(paths[0].read_text()))
