@@ -236,11 +236,14 @@ def _mean_final(cell: str) -> float | None:
 
 
 def _not_truncated(cell: str, paper: float) -> str:
-    """The sentence that a finished 200-round cell far from the paper is not a truncated run, from its first
-    seed's curve: how it moves over the last 50 rounds, and its best evaluation after round 100."""
-    curve = _curve(_finished_runs(cell)[0])
+    """The sentence that a finished 200-round cell far from the paper is not a truncated run, from its curve
+    (the mean over its finished seeds): how it moves over the last 50 rounds, and its best evaluation after
+    round 100."""
+    curves = [_curve(run) for run in _finished_runs(cell)]
+    curve = {r: statistics.fmean(c[r] for c in curves) for r in set.intersection(*(set(c) for c in curves))}
     best = max((r for r in curve if r > 100), key=curve.get)
-    return (f"It is not a truncated run: its curve (`rounds.csv` in its folder) moves "
+    return (f"It is not a truncated run: its curve (`rounds.csv` in its folder{'s' if len(curves) > 1 else ''}"
+            f"{', mean over the seeds' if len(curves) > 1 else ''}) moves "
             f"{curve[200] - curve[150]:+.2f} points from round 150 to 200, and its best evaluation after round 100, "
             f"{curve[best]:.2f} at round {best}, is still {paper - curve[best]:.2f} under the paper.")
 
