@@ -282,9 +282,14 @@ def _fedbabu_100_note() -> str:
         "paper's baselines are not released, so where its FedBABU gains the rest is not measured.")
 
 
+def run_file_seeds(spec: dict) -> list[int]:
+    """The seeds a parsed run file lists (``seeds``, else its one ``seed``, else 0)."""
+    return list(spec.get("seeds", [spec.get("seed", 0)]))
+
+
 def _seeds_phrase(cell: str, run_file: str) -> str:
     """'seed 0 of the run file's 3' or '3 seeds': how many of a run file's seeds a cell's number averages."""
-    planned = tomllib.loads((REPO / "benchmarks" / "paper" / run_file).read_text()).get("seeds", [0])
+    planned = run_file_seeds(tomllib.loads((RUN_FILES / run_file).read_text()))
     done = [r.get("seed") for r in _finished_runs(cell)]
     if len(done) == len(planned):
         return f"{len(done)} seed{'s' if len(done) > 1 else ''}"
@@ -320,9 +325,10 @@ def _t8_ditto_note() -> str:
     """Table 8's Ditto cell while it is a run cut short (no complete FedPAC run here for the same-round
     comparison): how its curve still climbs, beside the section's runs that went further."""
     ditto = RESULTS / "table8_fmnist/ditto/results.json"
-    if not ditto.exists() or json.loads(ditto.read_text()).get("status") == "finished":
+    run = json.loads(ditto.read_text()) if ditto.exists() else None
+    if run is None or run.get("status") == "finished":
         return ""
-    curve = _curve(json.loads(ditto.read_text()))
+    curve = _curve(run)
     last = max(curve)
     earlier = max(r for r in curve if r <= last - 20)
     others = []
@@ -1511,6 +1517,16 @@ def _seconds_per_round(algorithm: str) -> float:
     return measured_seconds_per_round(json.loads((RESULTS / TIMING_REFERENCE[algorithm]).read_text()))
 
 
+def _sessions(data) -> list[dict]:
+    """The processes that trained a results file's run (``sessions``; for older files, its ``jax`` entry from
+    round 0); empty when the file names none."""
+    if not isinstance(data, dict):
+        return []
+    if data.get("sessions"):
+        return data["sessions"]
+    return [{"from_round": 0, **data["jax"]}] if isinstance(data.get("jax"), dict) else []
+
+
 def trained_on_cpu(data: dict) -> bool:
     """Whether every process that trained a results file's run was on a CPU, so that its timings are CPU
     seconds (a file that names no machine predates the GPU runs, all of which record theirs).
@@ -1518,8 +1534,7 @@ def trained_on_cpu(data: dict) -> bool:
     >>> trained_on_cpu({"sessions": [{"from_round": 0, "backend": "gpu"}, {"from_round": 90, "backend": "cpu"}]})
     False
     """
-    sessions = data.get("sessions") or ([data["jax"]] if isinstance(data.get("jax"), dict) else [])
-    return all(s.get("backend", "cpu") == "cpu" for s in sessions)
+    return all(s.get("backend", "cpu") == "cpu" for s in _sessions(data))
 
 
 def machine_of(path: Path) -> str:
@@ -1530,9 +1545,7 @@ def machine_of(path: Path) -> str:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return "not recorded"
-    sessions = data.get("sessions") if isinstance(data, dict) else None
-    if not sessions and isinstance(data, dict) and isinstance(data.get("jax"), dict):
-        sessions = [{"from_round": 0, **data["jax"]}]
+    sessions = _sessions(data)
     if not sessions:
         return "not recorded"
     names = [s.get("device_kind") or s.get("backend", "?") for s in sessions]
@@ -1556,7 +1569,7 @@ def cpu_estimate(run_file: str) -> dict:
     """
     spec = tomllib.loads((RUN_FILES / run_file).read_text())
     algorithm = spec["algorithm"]
-    seed_list = list(spec.get("seeds", [spec.get("seed", 0)]))
+    seed_list = run_file_seeds(spec)
     seeds, rounds = len(seed_list), int(spec.get("rounds", 200))
     if "arm" in spec:  # a FedPick run file: the pace of its arm's CPU runs in benchmarks/results/fedpick_domains/
         paces = [r["seconds"] / r["rounds"] for r in (json.loads(p.read_text())

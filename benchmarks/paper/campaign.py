@@ -34,6 +34,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[2]
 RUN_TABLE = REPO / "benchmarks" / "paper" / "run_table.py"
 PACKED = "checkpoint.tar.gz"  # a stopped run's latest checkpoint in one file (run_table.py writes it)
+RESULT_ROOTS = (REPO / "benchmarks" / "results", REPO / "docs" / "results")  # what an archive carries home
 
 
 @dataclass
@@ -162,13 +163,19 @@ def archive_results(since: float, archive: Path, roots: tuple[Path, ...] | None 
         ...     sorted(p.name for p in packed)
         ['checkpoint.tar.gz', 'results.json']
     """
-    roots = roots or (REPO / "benchmarks" / "results", REPO / "docs" / "results")
+    roots = roots or RESULT_ROOTS
     files, _ = results_files(since, roots, max_pack_bytes)
+    write_archive(files, archive, roots)
+    return files
+
+
+def write_archive(files: list[Path], archive: Path, roots: tuple[Path, ...]) -> None:
+    """Write ``files`` into the tar.gz ``archive``, each named relative to the repository (or, outside it, to
+    the one of ``roots`` that holds it)."""
     with tarfile.open(archive, "w:gz") as tar:
         for path in files:
             home = REPO if path.is_relative_to(REPO) else next(root for root in roots if path.is_relative_to(root))
             tar.add(path, arcname=path.relative_to(home).as_posix())
-    return files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs = run(read_jobs(args.jobs), args.parallel, args.deadline, args.grace, args.logs)
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False, cwd=REPO)
     if args.archive is not None:
-        packed = archive_results(started, args.archive, max_pack_bytes=args.archive_packs_mb * 1e6)
+        packed, left_out = results_files(started, RESULT_ROOTS, args.archive_packs_mb * 1e6)
+        write_archive(packed, args.archive, RESULT_ROOTS)
         print(f"{args.archive}: {len(packed)} files, {args.archive.stat().st_size / 2**20:.1f} MiB")
-        roots = (REPO / "benchmarks" / "results", REPO / "docs" / "results")
-        for path in results_files(started, roots, args.archive_packs_mb * 1e6)[1]:
+        for path in left_out:
             print(f"  left out (over --archive-packs-mb): {path.relative_to(REPO)}, "
                   f"{path.stat().st_size / 1e6:.1f} MB")
     for job in jobs:
