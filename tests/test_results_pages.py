@@ -542,8 +542,10 @@ def test_hypotheses_in_use_tables_agree_with_the_results_files():
             if t["header"][0] != "clustered run":
                 continue
             for row in t["rows"]:
-                (path,) = [REPO / f.strip("`") for f in sources[row["src"]]["results file(s)"].split("<br>")]
-                data = json.loads(path.read_text())
+                paths = [REPO / f.strip("`") for f in sources[row["src"]]["results file(s)"].split("<br>")]
+                seed = re.search(r", seed (\d+)$", row["clustered run"])  # a cell with several seeds: one row each
+                (data,) = [d for d in map(json.loads, (p.read_text() for p in paths))
+                           if seed is None or d.get("seed", 0) == int(seed.group(1))]
                 if "cluster_losses" in data["last_round"]:  # the hypothesis of lowest loss
                     losses = data["last_round"]["cluster_losses"]
                     picks = [row_losses.index(min(row_losses)) for row_losses in losses]
@@ -579,6 +581,24 @@ def test_hypotheses_in_use_names_a_lost_cluster(tmp_path):
     assert gen.cluster_use_rows([cell], section) == [["HypCluster (k=3)", "s1", "200", "3", "2, 0, 2", "75.00, —, 75.00"]]
     cell.values = [89.0]  # within 1.5 points: nothing to diagnose
     assert gen.cluster_use_rows([cell], section) == []
+
+
+def test_hypotheses_in_use_has_a_row_per_seed(tmp_path):
+    """A clustered cell with several seeds, far from the paper, lists each seed's run on its own row."""
+    gen = _generator()
+    paths = []
+    for seed, losses in ((0, [[0.1, 0.9], [0.2, 0.1]]), (1, [[0.1, 0.9], [0.2, 0.3]])):
+        path = tmp_path / f"seed{seed}" / "results.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"seed": seed, "rounds_completed": 200, "final_per_client": [0.9, 0.7],
+                                    "last_round": {"client_ids": [0, 1], "cluster_losses": losses}}))
+        paths.append(path)
+    cell = gen.Cell(gen.Row("HypCluster (k=2)", (), "", ("p", "t", "s", "m", "acc")), "s1", paths, "", "",
+                    rounds=[200, 200], planned=[200])
+    cell.paper, cell.values = 90.0, [80.0, 80.0]
+    assert gen.cluster_use_rows([cell], gen.Section("demo", (), paper_rounds=200)) == [
+        ["HypCluster (k=2), seed 0", "s1", "200", "2", "1, 1", "90.00, 70.00"],
+        ["HypCluster (k=2), seed 1", "s1", "200", "2", "2, 0", "80.00, —"]]
 
 
 def test_fedem_mixture_weights_fill_the_hypotheses_table(tmp_path):
