@@ -474,22 +474,18 @@ FEDPAC_TABLE2 = Page(
     ),
 )
 
-def _seed_final(cell: str, seed: int = 0) -> float | None:
-    """One seed's final accuracy in a cell folder (its own results file, or ``seed<k>/``), if it finished."""
+def _seed_run(cell: str, seed: int = 0) -> dict | None:
+    """One seed's finished run in a cell folder (its own results file, or ``seed<k>/``), else None."""
     for path in _result_paths(cell):
         run = json.loads(path.read_text())
         if run.get("status") == "finished" and run.get("seed", 0) == seed:
-            return run["final_accuracy"]["mean"]
+            return run
     return None
 
 
-def _seed_curve(cell: str, seed: int = 0) -> dict[int, float]:
-    """One seed's curve (:func:`_curve`) in a cell folder, if it finished; else empty."""
-    for path in _result_paths(cell):
-        run = json.loads(path.read_text())
-        if run.get("status") == "finished" and run.get("seed", 0) == seed:
-            return _curve(run)
-    return {}
+def _seed_final(cell: str, seed: int = 0) -> float:
+    """One finished seed's final accuracy in a cell folder (:func:`_seed_run`)."""
+    return _seed_run(cell, seed)["final_accuracy"]["mean"]
 
 
 def _fedrep_t3_note() -> str:
@@ -498,9 +494,10 @@ def _fedrep_t3_note() -> str:
     paper = paper_numbers()
     cs = "FMNIST/concept_shift_20clients"
     ours = _mean_final("table3_fmnist/fedrep")
-    here, there = _seed_curve("table3_fmnist/fedrep"), _seed_curve("table1_fmnist/fedrep")
-    if ours is None or not here or not there:
+    here, there = _seed_run("table3_fmnist/fedrep"), _seed_run("table1_fmnist/fedrep")
+    if ours is None or here is None or there is None:
         return ""
+    here, there = _curve(here), _curve(there)
     apart = max(abs(here[r] - there[r]) for r in set(here) & set(there))
     gap = ours - paper[("FedPAC", "3", cs, "FedRep", "acc")]
     fedpac3, fedpac1 = _mean_final("table3_fmnist/fedpac"), _mean_final("table2_fmnist/both")
