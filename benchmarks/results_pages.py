@@ -451,8 +451,9 @@ FEDPAC_TABLE2 = Page(
         "Setting: Table 1's 20-client Fashion-MNIST federation (see `fedpac_table1.md`), FedPAC with "
         "`feature_alignment` and/or `classifier_collaboration` off. The table's cells are the 200-round runs of "
         "the first section (run files in `benchmarks/paper/fedpac/table2_fmnist/`; "
-        "`python benchmarks/paper/run_table.py fedpac/table2_fmnist`): three seeds for the full method and for w/ FA "
-        "(by the scoreboard's rule for one-seed cells near the tolerance, `README.md`), one for the other arms. The earlier runs (`benchmarks/results/fedpac_fmnist/`) ran the ablation arms for 50 "
+        "`python benchmarks/paper/run_table.py fedpac/table2_fmnist`): three seeds for the full method and for "
+        "w/ FA (by the scoreboard's rule for one-seed cells near the tolerance, `README.md`), one for the other "
+        "arms. The earlier runs (`benchmarks/results/fedpac_fmnist/`) ran the ablation arms for 50 "
         "rounds and the full method for 200; they are kept below, with every arm compared at the same round "
         "(same seed and data, so the full method's history up to that round is what a shorter run would give)."),
     sections=(
