@@ -185,6 +185,7 @@ T4_METHODS = ("FedProx", "SCAFFOLD", "HypCluster (k=3)", "HypCluster (k=5)", "Fe
               "FedEM (M=5)", "FedEM-FT (M=5)")
 FMNIST20 = "FMNIST/20clients_frac1.0"
 FMNIST100 = "FMNIST/100clients_frac0.3"
+T3_SETTING = "FMNIST/concept_shift_20clients"
 T1_100 = "fedpac/table1_fmnist_100clients/"
 RUN_TABLE_NOTE = ("`python benchmarks/paper/run_table.py {folder}` runs (and resumes) the cells of this section, "
                   "one run file per cell in `benchmarks/paper/{folder}/`, in the order of its `order.txt`.")
@@ -309,7 +310,7 @@ def _t10_ditto_note() -> str:
                  for label, other, table, setting in (
                      ("Table 1 (20 clients)", "table1_fmnist/ditto", "1", FMNIST20),
                      ("Table 1 (100 clients)", "table1_fmnist_100clients/ditto", "1", FMNIST100),
-                     ("Table 3", "table3_fmnist/ditto", "3", "FMNIST/concept_shift_20clients"))]
+                     ("Table 3", "table3_fmnist/ditto", "3", T3_SETTING))]
     elsewhere = [f"{ours_ - paper_:+.2f} in {label}" for label, ours_, paper_ in elsewhere if ours_ is not None]
     return (
         f"**Ditto** ({_seeds_phrase(cell, 'fedpac/table10_fmnist/ditto.toml')}) ends {here - ours:.2f} points under "
@@ -476,12 +477,8 @@ FEDPAC_TABLE2 = Page(
 )
 
 def _seed_run(cell: str, seed: int = 0) -> dict | None:
-    """One seed's finished run in a cell folder (its own results file, or ``seed<k>/``), else None."""
-    for path in _result_paths(cell):
-        run = json.loads(path.read_text())
-        if run.get("status") == "finished" and run.get("seed", 0) == seed:
-            return run
-    return None
+    """One seed's finished run in a cell folder (:func:`_finished_runs`), else None."""
+    return next((run for run in _finished_runs(cell) if run.get("seed", 0) == seed), None)
 
 
 def _seed_final(cell: str, seed: int = 0) -> float:
@@ -493,11 +490,12 @@ def _fedrep_t3_note() -> str:
     """The 20-client concept-shift FedRep cell, above the paper: what the permutation does to it (seed 0
     against Table 1's seed-0 run on the same partition) and to the methods that share a head."""
     paper = paper_numbers()
-    cs = "FMNIST/concept_shift_20clients"
+    cs = T3_SETTING
     ours = _mean_final("table3_fmnist/fedrep")
     here, there = _seed_run("table3_fmnist/fedrep"), _seed_run("table1_fmnist/fedrep")
     if ours is None or here is None or there is None:
         return ""
+    final_here, final_there = here["final_accuracy"]["mean"], there["final_accuracy"]["mean"]
     here, there = _curve(here), _curve(there)
     apart = max(abs(here[r] - there[r]) for r in set(here) & set(there))
     gap = ours - paper[("FedPAC", "3", cs, "FedRep", "acc")]
@@ -510,7 +508,7 @@ def _fedrep_t3_note() -> str:
         "stay on their client, and the shared body needs the same features as without it. Ours is unmoved by the "
         f"permutation: seed 0's curve (`rounds.csv`) stays within {apart:.2f} points of Table 1's FedRep run (the "
         "same partition before the permutation, the same seed) at every evaluation and ends at "
-        f"{_seed_final('table3_fmnist/fedrep'):.2f} against {_seed_final('table1_fmnist/fedrep'):.2f} there, "
+        f"{final_here:.2f} against {final_there:.2f} there, "
         f"about as far apart as Local-only, which the permutation cannot change at all "
         f"({_seed_final('table3_fmnist/local_only'):.2f} here, {_seed_final('table1_fmnist/local_only'):.2f} in "
         "Table 1). A shared head is what the permutation hurts: Fed-RoD, whose generic head is averaged, falls "
@@ -532,14 +530,15 @@ def _fedrod_t3_note() -> str:
     """The concept-shift Fed-RoD cell: against FedRep of the same seed (same partition and permutations, the
     head kept local), per seed and for its worst group, beside the paper's and Table 1's same difference."""
     paper = paper_numbers()
-    cs = "FMNIST/concept_shift_20clients"
+    cs = T3_SETTING
     ours = _mean_final("table3_fmnist/fedrod")
     if ours is None:
         return ""
     per_seed = []
-    for seed in range(3):
-        rod, rep = _seed_run("table3_fmnist/fedrod", seed), _seed_run("table3_fmnist/fedrep", seed)
-        if rod is None or rep is None:
+    for rod in _finished_runs("table3_fmnist/fedrod"):
+        seed = rod.get("seed", 0)
+        rep = _seed_run("table3_fmnist/fedrep", seed)
+        if rep is None:
             continue
         # final_per_client is in client-id order, and a client's group is its id mod 5
         groups = [100 * (statistics.fmean(rod["final_per_client"][g::5])
@@ -578,7 +577,7 @@ FEDPAC_TABLE3 = Page(
         "one."),
     sections=(
         _run_section("20 clients, full participation", "fedpac/table3_fmnist",
-            ("FedPAC", "3", "FMNIST/concept_shift_20clients"), [
+            ("FedPAC", "3", T3_SETTING), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("pFedMe", "pfedme"), ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")],
             diagnosis=_fedrep_t3_note() + (" " + _fedrod_t3_note()).rstrip()),
@@ -874,7 +873,8 @@ FEDPAC_TABLE10 = Page(
             ("FedPAC", "10", T10_SETTING), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")],
-            diagnosis=FEDBABU_T10_DIAGNOSIS + " " + _fedbabu_t10_table1_clause() + (" " + _t10_fedpac_note()).rstrip() + (" " + _t10_ditto_note()).rstrip()),
+            diagnosis=(FEDBABU_T10_DIAGNOSIS + " " + _fedbabu_t10_table1_clause()
+                       + (" " + _t10_fedpac_note()).rstrip() + (" " + _t10_ditto_note()).rstrip())),
         Section("FedBABU: how its clients fine-tune", (
             Row("FedBABU, whole model, 5 epochs (the cell above)", ("table10_fmnist/fedbabu",), FINAL,
                 ("FedPAC", "10", T10_SETTING, "FedBABU", "acc"), run_file="fedpac/table10_fmnist/fedbabu.toml"),
