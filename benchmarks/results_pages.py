@@ -2091,12 +2091,14 @@ def same_round_rows(cells: list[Cell], section: Section, page_sections=()) -> li
 
 
 CLUSTER_USE_HEADER = ["clustered run", "src", "after round", "hypotheses", "clients per hypothesis",
-                      "accuracy per hypothesis"]
+                      "label groups per hypothesis", "accuracy per hypothesis"]
 CLUSTER_USE_TEXT = (
     "**Hypotheses in use.** Each counted clustered run (one with `last_round.cluster_losses`, each client's loss "
     "under every hypothesis) more than 1.5 points from the paper: the clients each hypothesis serves (the one "
     "with the lowest loss, as the method picks it) and their mean accuracy (`final_per_client`). A hypothesis "
-    "that serves no client is a lost cluster: clients of different label groups then share one model. A FedEM run "
+    "that serves no client is a lost cluster: clients of different label groups then share one model. In FedPAC's "
+    "partition (`partition.name = \"fedpac\"`) client i belongs to label group i mod 5 (its dominant classes), "
+    "so the groups each hypothesis serves show how the clients split; other partitions show a dash. A FedEM run "
     "(`last_round.pi`, each client's mixture weights) counts each client for its component of largest weight.")
 
 
@@ -2131,7 +2133,24 @@ def _cluster_use_row(c: Cell, path: Path, several: bool) -> list[str] | None:
     served = [[i for i, h in zip(ids, choice) if h == j] for j in range(k)]
     label = f"{c.row.method}, seed {data.get('seed', 0)}" if several else c.row.method
     return [label, c.ref, str(data["rounds_completed"]), str(k), ", ".join(str(len(m)) for m in served),
+            _label_groups(data, served),
             ", ".join(fmt(100 * sum(accuracy[i] for i in m) / len(m)) if m else DASH for m in served)]
+
+
+# FedPAC's dominant-class groups for 10 classes (pflax.data.partition.dominant_groups; a test checks the count),
+# kept here so that the generator reads results without importing JAX.
+FEDPAC_TEN_CLASS_GROUPS = 5
+TEN_CLASSES = ("fashion_mnist", "mnist")
+
+
+def _label_groups(data: dict, served: list[list[int]]) -> str:
+    """The label groups each hypothesis serves, as ``{0, 3, 4}, {1}, {}``, where the run's partition is
+    FedPAC's (client ``i`` in group ``i mod G``, G the number of dominant-class groups); else a dash."""
+    partition = (data.get("run") or {}).get("partition") or {}
+    if partition.get("name") != "fedpac" or partition.get("groups") or data.get("dataset") not in TEN_CLASSES:
+        return DASH
+    groups = FEDPAC_TEN_CLASS_GROUPS
+    return ", ".join("{" + ", ".join(map(str, sorted({i % groups for i in m}))) + "}" for m in served)
 
 
 def fmt_ours(cell: Cell) -> str:

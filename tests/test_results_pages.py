@@ -556,6 +556,12 @@ def test_hypotheses_in_use_tables_agree_with_the_results_files():
                 members = [[c for c, h in zip(data["last_round"]["client_ids"], picks) if h == j] for j in range(k)]
                 assert row["hypotheses"] == str(k) and row["after round"] == str(data["rounds_completed"])
                 assert row["clients per hypothesis"] == ", ".join(str(len(m)) for m in members), name
+                partition = data.get("run", {}).get("partition", {})
+                if partition.get("name") == "fedpac" and data["dataset"] == "fashion_mnist":  # group: id mod 5
+                    assert row["label groups per hypothesis"] == ", ".join(
+                        "{" + ", ".join(str(g) for g in sorted({c % 5 for c in m})) + "}" for m in members), name
+                else:
+                    assert row["label groups per hypothesis"] == DASH, name
                 shown = row["accuracy per hypothesis"].split(", ")
                 for m, value in zip(members, shown):
                     if not m:
@@ -578,9 +584,32 @@ def test_hypotheses_in_use_names_a_lost_cluster(tmp_path):
                     rounds=[200], planned=[200])
     cell.paper, cell.values = 90.0, [75.0]
     assert cell.gap == pytest.approx(-15.0)
-    assert gen.cluster_use_rows([cell], section) == [["HypCluster (k=3)", "s1", "200", "3", "2, 0, 2", "75.00, —, 75.00"]]
+    assert gen.cluster_use_rows([cell], section) == [["HypCluster (k=3)", "s1", "200", "3", "2, 0, 2", DASH, "75.00, —, 75.00"]]
     cell.values = [89.0]  # within 1.5 points: nothing to diagnose
     assert gen.cluster_use_rows([cell], section) == []
+
+
+def test_hypotheses_in_use_names_the_label_groups_of_fedpacs_partition(tmp_path):
+    """In FedPAC's partition client i is in label group i mod 5: a hypothesis serving clients 0, 3, 5 and 8
+    serves groups {0, 3}; a partition with its own groups gets a dash."""
+    gen = _generator()
+    path = tmp_path / "results.json"
+    losses = [[0.1, 0.9] if i in (0, 3, 5, 8) else [0.9, 0.1] for i in range(10)]
+    run = {"partition": {"name": "fedpac", "clients": 10}}
+    path.write_text(json.dumps({"dataset": "fashion_mnist", "run": run, "rounds_completed": 200,
+                                "final_per_client": [0.8] * 10,
+                                "last_round": {"client_ids": list(range(10)), "cluster_losses": losses}}))
+    cell = gen.Cell(gen.Row("HypCluster (k=2)", (), "", ("p", "t", "s", "m", "acc")), "s1", [path], "", "",
+                    rounds=[200], planned=[200])
+    cell.paper, cell.values = 90.0, [80.0]
+    section = gen.Section("demo", (), paper_rounds=200)
+    assert gen.cluster_use_rows([cell], section)[0][5] == "{0, 3}, {1, 2, 4}"
+    from pflax.data import dominant_groups  # the generator's group count is the partition's
+
+    assert gen.FEDPAC_TEN_CLASS_GROUPS == len(dominant_groups(10))
+    run["partition"]["groups"] = [[0, 1], [2, 3]]
+    path.write_text(json.dumps({**json.loads(path.read_text()), "run": run}))
+    assert gen.cluster_use_rows([cell], section)[0][5] == DASH
 
 
 def test_hypotheses_in_use_has_a_row_per_seed(tmp_path):
@@ -597,8 +626,8 @@ def test_hypotheses_in_use_has_a_row_per_seed(tmp_path):
                     rounds=[200, 200], planned=[200])
     cell.paper, cell.values = 90.0, [80.0, 80.0]
     assert gen.cluster_use_rows([cell], gen.Section("demo", (), paper_rounds=200)) == [
-        ["HypCluster (k=2), seed 0", "s1", "200", "2", "1, 1", "90.00, 70.00"],
-        ["HypCluster (k=2), seed 1", "s1", "200", "2", "2, 0", "80.00, —"]]
+        ["HypCluster (k=2), seed 0", "s1", "200", "2", "1, 1", DASH, "90.00, 70.00"],
+        ["HypCluster (k=2), seed 1", "s1", "200", "2", "2, 0", DASH, "80.00, —"]]
 
 
 def test_fedem_mixture_weights_fill_the_hypotheses_table(tmp_path):
@@ -612,7 +641,7 @@ def test_fedem_mixture_weights_fill_the_hypotheses_table(tmp_path):
                     rounds=[200], planned=[200])
     cell.paper, cell.values = 80.0, [82.0]
     assert gen.cluster_use_rows([cell], gen.Section("demo", (), paper_rounds=200)) == [
-        ["FedEM (M=3)", "s1", "200", "3", "2, 1, 0", "80.00, 80.00, —"]]
+        ["FedEM (M=3)", "s1", "200", "3", "2, 1, 0", DASH, "80.00, 80.00, —"]]
 
 
 # ---------------------------------------------------------------------------------------------
