@@ -91,3 +91,27 @@ def test_the_archive_keeps_the_smallest_packs_within_the_limit_and_no_half_writt
     assert kept == packed and [p.relative_to(root).as_posix() for p in left_out] == ["big/checkpoint.tar.gz"]
     with tarfile.open(archive) as tar:
         assert sorted(tar.getnames()) == names
+
+
+def test_the_committed_campaign_names_only_work_still_to_do():
+    """Every FedPAC job of ``campaign_h100.txt`` (``<table> <cell> [--seeds k]``) has a seed without a finished
+    run, so a lent GPU's minutes go to missing results only (a finished seed would be skipped, but its line would
+    misstate what is left)."""
+    from pflax.experiment import RunSpec
+
+    spec = importlib.util.spec_from_file_location("run_table", REPO / "benchmarks" / "paper" / "run_table.py")
+    run_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_table)
+    jobs = _campaign().read_jobs(REPO / "benchmarks" / "paper" / "campaign_h100.txt")
+    checked = 0
+    for job in jobs:
+        table, cell, *rest = job.words
+        if not table.startswith("fedpac/"):
+            continue  # FedPick's tables name their own results folders
+        run_spec = RunSpec.from_file(REPO / "benchmarks" / "paper" / table / f"{cell}.toml")
+        wanted = [int(rest[1])] if rest[:1] == ["--seeds"] else list(run_spec.seeds)
+        out = REPO / "benchmarks" / "results" / table.split("/")[-1] / cell
+        done = run_table.finished_seeds(run_spec, out)
+        assert set(wanted) - set(done), f"line {job.number}, {' '.join(job.words)}: every seed has finished"
+        checked += 1
+    assert checked >= 10
