@@ -187,6 +187,10 @@ T4_METHODS = ("FedProx", "SCAFFOLD", "HypCluster (k=3)", "HypCluster (k=5)", "Fe
 FMNIST20 = "FMNIST/20clients_frac1.0"
 FMNIST100 = "FMNIST/100clients_frac0.3"
 T3_SETTING = "FMNIST/concept_shift_20clients"
+# FedPAC's dominant-class groups for 10 classes (pflax.data.partition.dominant_groups; a test checks the count),
+# kept here so that the generator reads results without importing JAX.
+FEDPAC_TEN_CLASS_GROUPS = 5
+TEN_CLASSES = ("fashion_mnist", "mnist")
 T1_100 = "fedpac/table1_fmnist_100clients/"
 RUN_TABLE_NOTE = ("`python benchmarks/paper/run_table.py {folder}` runs (and resumes) the cells of this section, "
                   "one run file per cell in `benchmarks/paper/{folder}/`, in the order of its `order.txt`.")
@@ -289,7 +293,7 @@ def _fedbabu_20_note() -> str:
     each seed's final accuracy, its curve and its gain over Local-only."""
     paper = paper_numbers()[("FedPAC", "1", FMNIST20, "FedBABU", "acc")]
     runs = _finished_runs("table1_fmnist/fedbabu")
-    ours = _mean_final("table1_fmnist/fedbabu")
+    ours = statistics.fmean(r["final_accuracy"]["mean"] for r in runs) if runs else None  # as _mean_final
     if ours is None or abs(ours - paper) <= FAR:
         return ""
     finals = ", ".join(f"{r['final_accuracy']['mean']:.2f} (seed {r.get('seed', 0)})" for r in runs)
@@ -561,10 +565,11 @@ def _fedrod_t3_note() -> str:
         rep = _seed_run("table3_fmnist/fedrep", seed)
         if rep is None:
             continue
-        # final_per_client is in client-id order, and a client's group is its id mod 5
-        groups = [100 * (statistics.fmean(rod["final_per_client"][g::5])
-                         - statistics.fmean(rep["final_per_client"][g::5])) for g in range(5)]
-        worst = min(range(5), key=groups.__getitem__)
+        # final_per_client is in client-id order, and a client's group is its id mod the number of groups
+        n = FEDPAC_TEN_CLASS_GROUPS
+        groups = [100 * (statistics.fmean(rod["final_per_client"][g::n])
+                         - statistics.fmean(rep["final_per_client"][g::n])) for g in range(n)]
+        worst = min(range(n), key=groups.__getitem__)
         per_seed.append(f"{rod['final_accuracy']['mean'] - rep['final_accuracy']['mean']:+.2f} in seed {seed} "
                         f"({groups[worst]:+.2f} for its worst group, clients i mod 5 = {worst})")
     gap = ours - paper[("FedPAC", "3", cs, "Fed-RoD", "acc")]
@@ -2156,20 +2161,14 @@ def _cluster_use_row(c: Cell, path: Path, several: bool) -> list[str] | None:
             ", ".join(fmt(100 * sum(accuracy[i] for i in m) / len(m)) if m else DASH for m in served)]
 
 
-# FedPAC's dominant-class groups for 10 classes (pflax.data.partition.dominant_groups; a test checks the count),
-# kept here so that the generator reads results without importing JAX.
-FEDPAC_TEN_CLASS_GROUPS = 5
-TEN_CLASSES = ("fashion_mnist", "mnist")
-
-
 def _label_groups(data: dict, served: list[list[int]]) -> str:
     """The label groups each hypothesis serves, as ``{0, 3, 4}, {1}, {}``, where the run's partition is
     FedPAC's (client ``i`` in group ``i mod G``, G the number of dominant-class groups); else a dash."""
     partition = (data.get("run") or {}).get("partition") or {}
     if partition.get("name") != "fedpac" or partition.get("groups") or data.get("dataset") not in TEN_CLASSES:
         return DASH
-    groups = FEDPAC_TEN_CLASS_GROUPS
-    return ", ".join("{" + ", ".join(map(str, sorted({i % groups for i in m}))) + "}" for m in served)
+    return ", ".join("{" + ", ".join(map(str, sorted({i % FEDPAC_TEN_CLASS_GROUPS for i in m}))) + "}"
+                     for m in served)
 
 
 def fmt_ours(cell: Cell) -> str:

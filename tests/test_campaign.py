@@ -11,12 +11,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _campaign():
-    spec = importlib.util.spec_from_file_location("campaign", REPO / "benchmarks" / "paper" / "campaign.py")
+def _script(name: str):
+    """``benchmarks/paper/<name>.py`` as a module."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "paper" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def _campaign():
+    return _script("campaign")
 
 
 def _python(words: list[str]) -> list[str]:
@@ -101,9 +106,7 @@ def test_the_committed_campaign_names_only_work_still_to_do():
 
     from pflax.experiment import RunSpec
 
-    spec = importlib.util.spec_from_file_location("run_table", REPO / "benchmarks" / "paper" / "run_table.py")
-    run_table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run_table)
+    run_table = _script("run_table")
     jobs = _campaign().read_jobs(REPO / "benchmarks" / "paper" / "campaign_h100.txt")
     checked = 0
     for job in jobs:
