@@ -3,8 +3,10 @@ repository; without them those tests skip with the reason, except under CI (``CI
 missing dataset is a failure."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -45,6 +47,18 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(path: str):
+    """The repository's script at ``path`` (relative to the repository root, e.g.
+    ``"benchmarks/results_pages.py"``) as a freshly executed module, registered in ``sys.modules`` under
+    its file name: the dataclasses a script defines look their module up there."""
+    path = REPO / path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _environ_without(flags: tuple) -> dict:

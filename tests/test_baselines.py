@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pflax.algorithms import (apfl, base, ditto, fedavg, fedavg_ft, fedbabu, fednova, fedper, fedprox, fedrep, fedrod, knnper,
-                              lg_fedavg, local_only, perfedavg, pfedme, scaffold)
+                              lg_fedavg, local_only, pfedme, scaffold)
 from pflax.core import federated
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.data import fedpac_shards, from_partition, synthetic

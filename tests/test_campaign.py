@@ -2,26 +2,18 @@
 deadline; the archive carries results and packed checkpoints but no checkpoint folders."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tarfile
 import time
 from pathlib import Path
 
+from conftest import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _script(name: str):
-    """``benchmarks/paper/<name>.py`` as a module."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "paper" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def _campaign():
-    return _script("campaign")
+    return load_script("benchmarks/paper/campaign.py")
 
 
 def _python(words: list[str]) -> list[str]:
@@ -106,7 +98,7 @@ def test_the_committed_campaign_names_only_work_still_to_do():
 
     from pflax.experiment import RunSpec
 
-    run_table = _script("run_table")
+    run_table = load_script("benchmarks/paper/run_table.py")
     jobs = _campaign().read_jobs(REPO / "benchmarks" / "paper" / "campaign_h100.txt")
     checked = 0
     for job in jobs:

@@ -1,14 +1,13 @@
 """``benchmarks/evaluate_variant.py``: a cell that trains exactly as another (FedEM-FT as FedEM) is read from
 the other's finished run. Its training must be bit-identical to the base run's, and the script must
 reproduce a direct run's accuracies; a variant that trains differently is refused."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import load_script
 from pflax.experiment import RunSpec, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,11 +18,7 @@ BASE = dict(algorithm="fedem", rounds=2, eval_every=1, checkpoint_every=1,
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("evaluate_variant", REPO / "benchmarks" / "evaluate_variant.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/evaluate_variant.py")
 
 
 def _spec(**config) -> RunSpec:

@@ -5,13 +5,14 @@ incomplete run file by name, and runs, skips and reruns (arm, seed) pairs as its
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_FILES = sorted((REPO / "benchmarks" / "paper" / "fedpick").glob("*/*.toml"))
@@ -20,10 +21,7 @@ RESULTS = sorted(REPO.glob("benchmarks/results/fedpick_domains*/*_seed*.json"))
 
 def _benchmark():
     if "fedpick_domains" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("fedpick_domains", REPO / "benchmarks" / "fedpick_domains.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        load_script("benchmarks/fedpick_domains.py")
     return sys.modules["fedpick_domains"]
 
 
@@ -144,9 +142,7 @@ def test_the_benchmark_runs_skips_and_extends_as_its_run_file_says(tmp_path, mni
 
 def test_run_table_hands_a_fedpick_table_to_the_benchmark(monkeypatch):
     """``run_table.py fedpick/<table> [cells]`` gives the benchmark the table's run files in order.txt's order."""
-    spec = importlib.util.spec_from_file_location("run_table", REPO / "benchmarks" / "paper" / "run_table.py")
-    run_table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run_table)
+    run_table = load_script("benchmarks/paper/run_table.py")
     calls = []
     fake = type(sys)("fedpick_domains")
     fake.main = calls.append

@@ -8,16 +8,15 @@ numbers as printed. The README scoreboard is recounted from the pages. No JAX.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import load_script
 from pflax.metrics import ipr_rsd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,11 +27,7 @@ PAGES = sorted(p.name for p in DOCS.glob("*.md") if p.name != "README.md")
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("results_pages", REPO / "benchmarks" / "results_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/results_pages.py")
 
 
 # ---------------------------------------------------------------------------------------------

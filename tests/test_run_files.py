@@ -3,16 +3,15 @@ RunSpec and resolves (algorithm, Config fields, partition and its parameters, mo
 compiling anything, FedPAC's tables run the paper's 200 rounds, and every table's order.txt lists its cells."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from conftest import load_script
 from pflax.experiment import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,11 +24,7 @@ TABLE_DIRS = sorted({p.parent for p in ALL_RUN_FILES})
 
 
 def _run_table():
-    spec = importlib.util.spec_from_file_location("run_table", TABLES / "run_table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/paper/run_table.py")
 
 
 def _name(path: Path) -> str:
@@ -277,10 +272,7 @@ def test_run_table_runs_only_the_seeds_asked_for(tmp_path, monkeypatch, capsys):
 
 
 def _adopt():
-    spec = importlib.util.spec_from_file_location("adopt_checkpoint", TABLES / "adopt_checkpoint.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/paper/adopt_checkpoint.py")
 
 
 def test_a_finished_run_of_the_earlier_flags_is_adopted_by_its_results(tmp_path):
