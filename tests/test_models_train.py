@@ -6,6 +6,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from pflax.core import rng as flat_rng
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.core.optim import pytorch_sgd
-from pflax.core.train import epoch_order, local_train
+from pflax.core.train import epoch_order, local_train, sgd_steps_stateful
 from pflax.models import conv_as_matmul, conv_native, fedpac_cnn, max_pool2, mlp
 from pflax.models.bn import digits_cnn
 
@@ -198,6 +199,49 @@ def test_empty_client_training_is_a_no_op():
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(p)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert float(loss) == 0.0
+
+
+def _counting_loss(calls: list):
+    """A squared-error loss that records, from inside the compiled program, each time it is evaluated, and
+    counts the steps taken in its model state."""
+    def loss(p, state, batch, w, key):
+        jax.debug.callback(lambda: calls.append(1))
+        return masked_mean((p - batch["x"]) ** 2, w), state + 1
+    return loss
+
+
+def test_a_minibatch_without_real_samples_is_skipped_not_computed():
+    """A client padded to the largest one walks its plan; the steps with no real sample are skipped, so
+    one client at a time (``lax.map``, the CPU default) pays only for its real minibatches."""
+    data = {"x": jnp.array([1.0, 3.0, 5.0])}
+    indices = jnp.array([[0], [1], [2], [0]])
+    valid = jnp.array([[True], [False], [True], [False]])  # two real minibatches of four
+    calls = []
+    run = jax.jit(lambda p: sgd_steps_stateful(p, 0, _counting_loss(calls), data, indices, valid,
+                                               optax.sgd(0.5), None))
+    p, steps_taken, loss = jax.block_until_ready(run(0.0))
+    assert len(calls) == 2  # computing the empty steps and discarding them would count 4
+    # each step sets p to its sample (lr 0.5 on a squared error): 0 -> 1 -> 5, losses 1 and 16, whose mean
+    # is over the real steps only
+    assert (float(p), int(steps_taken), float(loss)) == (5.0, 2, 8.5)
+
+
+def test_skipping_empty_minibatches_agrees_under_vmap_and_map():
+    """Under ``vmap`` the skip is per client (both branches computed, one selected); the result is the
+    same as one client at a time, for clients with and without empty minibatches."""
+    data = {"x": jnp.array([[1.0, 3.0, 5.0], [2.0, 4.0, 6.0]])}
+    indices = jnp.array([[[0], [1], [2]], [[2], [1], [0]]])
+    valid = jnp.array([[[True], [False], [True]], [[True], [True], [True]]])
+
+    def one(x, idx, ok):
+        p, s, l = sgd_steps_stateful(0.0, 0, _counting_loss([]), {"x": x}, idx, ok, optax.sgd(0.5), None)
+        return p, s, l
+
+    mapped = jax.lax.map(lambda args: one(*args), (data["x"], indices, valid))
+    vmapped = jax.vmap(one)(data["x"], indices, valid)
+    for a, b in zip(mapped, vmapped):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.asarray(mapped[1]).tolist() == [2, 3]
 
 
 def test_partial_last_batch_uses_mean_over_real_samples():

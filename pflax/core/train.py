@@ -197,17 +197,27 @@ def sgd_steps_stateful(
     steps = jnp.arange(indices.shape[0])
 
     def step(carry, plan):
-        p, aux, s = carry
         idx, w, t = plan
-        step_key = jax.random.fold_in(key, t) if key is not None else None
-        # Zero the padding slots so their content (even NaN) can never reach a loss or a gradient.
-        batch = jax.tree.map(lambda a: _zero_invalid(a[idx], w), data)
-        (loss, aux_new), grads = grad_fn(p, aux, batch, w.astype(jnp.float32), step_key)
-        updates, s_new = optimizer.update(grads, s, p)
-        p_new = optax.apply_updates(p, updates)
+
+        def train(carry):
+            p, aux, s = carry
+            step_key = jax.random.fold_in(key, t) if key is not None else None
+            # Zero the padding slots so their content (even NaN) can never reach a loss or a gradient.
+            batch = jax.tree.map(lambda a: _zero_invalid(a[idx], w), data)
+            (loss, aux_new), grads = grad_fn(p, aux, batch, w.astype(jnp.float32), step_key)
+            updates, s_new = optimizer.update(grads, s, p)
+            return (optax.apply_updates(p, updates), aux_new, s_new), loss
+
+        def skip(carry):
+            return carry, jnp.zeros((), loss_dtype)
+
         has_data = jnp.any(w)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(has_data, a, b), new, old)
-        return (keep(p_new, p), keep(aux_new, aux), keep(s_new, s)), (loss, has_data)
+        loss_dtype = jax.eval_shape(train, carry)[1].dtype
+        # A client padded to the largest one gets minibatches with no real sample. Skipping them (rather
+        # than computing the step and discarding it) is exact, and under `lax.map` it saves their cost;
+        # under `vmap` the condition is per client, so JAX computes both branches and selects, as before.
+        carry, loss = jax.lax.cond(has_data, train, skip, carry)
+        return carry, (loss, has_data)
 
     (params, model_state, _), (losses, active) = jax.lax.scan(
         step, (params, model_state, opt_state), (indices, valid, steps))
