@@ -50,7 +50,7 @@ import jax.numpy as jnp
 
 from ..core import federated
 from ..core.federated import State, sample_clients
-from ..core.train import epoch_order, gather_minibatch
+from ..core.train import epoch_order, gather_minibatch, step_if
 from . import base
 from .common import init_on_execution_devices
 
@@ -192,11 +192,14 @@ def _local_update(w, participant: dict, model, cfg: Config) -> dict:
     data = {"x": participant["x"], "y": participant["y"]}
 
     def step(w, rows):
-        batches = [gather_minibatch(data, idx, ok) for idx, ok in rows]
-        weights = [ok.astype(jnp.float32) for _, ok in rows]
-        new_w, loss = meta_step(w, batches, weights, model, cfg)
-        keep = jnp.all(jnp.stack([jnp.any(ok) for _, ok in rows]))
-        return jax.tree.map(lambda a, b: jnp.where(keep, a, b), new_w, w), (loss, keep)
+        def meta(w):
+            batches = [gather_minibatch(data, idx, ok) for idx, ok in rows]
+            weights = [ok.astype(jnp.float32) for _, ok in rows]
+            return meta_step(w, batches, weights, model, cfg)
+
+        keep = jnp.all(jnp.stack([jnp.any(ok) for _, ok in rows]))  # every minibatch of the pair is real
+        w, loss = step_if(keep, meta, w)
+        return w, (loss, keep)
 
     w_new, (losses, active) = jax.lax.scan(step, w, [(idx, ok) for idx, ok in plans])
     mean_loss = jnp.sum(jnp.where(active, losses, 0.0)) / jnp.maximum(active.sum(), 1)

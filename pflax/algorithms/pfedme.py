@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.federated import State, sample_clients
-from ..core.train import epoch_order, gather_minibatch
+from ..core.train import epoch_order, gather_minibatch, step_if
 from . import base, personal
 
 __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
@@ -129,16 +129,19 @@ def local_update(global_params, participant: dict, model, cfg: Config):
     data = {"x": participant["x"], "y": participant["y"]}
 
     def step(carry, plan):
-        w, theta = carry
         idx, ok = plan
-        batch = gather_minibatch(data, idx, ok)
-        weights = ok.astype(jnp.float32)
-        new_theta = moreau_step(w if cfg.restart_theta else theta, w, batch, weights, model, cfg)
-        new_w = jax.tree.map(lambda a, t: a - cfg.lr * cfg.prox_mu * (a - t), w, new_theta)
+
+        def moreau(carry):
+            w, theta = carry
+            batch = gather_minibatch(data, idx, ok)
+            weights = ok.astype(jnp.float32)
+            new_theta = moreau_step(w if cfg.restart_theta else theta, w, batch, weights, model, cfg)
+            new_w = jax.tree.map(lambda a, t: a - cfg.lr * cfg.prox_mu * (a - t), w, new_theta)
+            return (new_w, new_theta), base.ce_loss(model)(new_theta, batch, weights)
+
         keep = jnp.any(ok)  # a minibatch of padding only is a no-op
-        pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, old)
-        loss = base.ce_loss(model)(new_theta, batch, weights)
-        return (pick(new_w, w), pick(new_theta, theta)), (loss, keep)
+        carry, loss = step_if(keep, moreau, carry)
+        return carry, (loss, keep)
 
     (w, theta), (losses, active) = jax.lax.scan(step, (global_params, global_params), (indices, valid))
     mean_loss = jnp.sum(jnp.where(active, losses, 0.0)) / jnp.maximum(active.sum(), 1)

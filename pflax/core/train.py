@@ -160,6 +160,31 @@ def sgd_steps(
     return params, loss
 
 
+def step_if(has_data: Array, step: Callable, carry: PyTree) -> tuple[PyTree, PyTree]:
+    """``step(carry)`` if ``has_data``, else ``carry`` unchanged and zeros for the step's other outputs.
+
+    A client padded to the largest one walks minibatches with no real sample. Skipping them, rather than
+    computing the step and discarding it, is exact, and when clients run one at a time (``lax.map``) it
+    saves their cost; under ``vmap`` the condition is per client, so JAX computes both branches and
+    selects.
+
+    Args:
+      has_data: scalar bool, whether the step's minibatch holds a real sample.
+      step: ``carry -> (new_carry, outputs)``.
+      carry: the loop's carry.
+
+    Returns:
+      ``(new_carry, outputs)``, or ``(carry, zeros shaped as outputs)`` when the step is skipped.
+
+    >>> step = lambda c: (c + 1.0, c * 10.0)
+    >>> [tuple(map(float, step_if(jnp.array(ok), step, 2.0))) for ok in (True, False)]
+    [(3.0, 20.0), (2.0, 0.0)]
+    """
+    outputs = jax.eval_shape(step, carry)[1]
+    skip = lambda c: (c, jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), outputs))
+    return jax.lax.cond(has_data, step, skip, carry)
+
+
 def sgd_steps_stateful(
     params: PyTree,
     model_state: PyTree,
@@ -208,15 +233,8 @@ def sgd_steps_stateful(
             updates, s_new = optimizer.update(grads, s, p)
             return (optax.apply_updates(p, updates), aux_new, s_new), loss
 
-        def skip(carry):
-            return carry, jnp.zeros((), loss_dtype)
-
         has_data = jnp.any(w)
-        loss_dtype = jax.eval_shape(train, carry)[1].dtype
-        # A client padded to the largest one gets minibatches with no real sample. Skipping them (rather
-        # than computing the step and discarding it) is exact, and under `lax.map` it saves their cost;
-        # under `vmap` the condition is per client, so JAX computes both branches and selects, as before.
-        carry, loss = jax.lax.cond(has_data, train, skip, carry)
+        carry, loss = step_if(has_data, train, carry)
         return carry, (loss, has_data)
 
     (params, model_state, _), (losses, active) = jax.lax.scan(
