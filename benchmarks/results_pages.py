@@ -1595,10 +1595,10 @@ TIMING_STAND_IN = {"fedproto": "fedavg", "fednova": "fedavg", "perfedavg": "feda
 COLLAB_TIMING = ("fedcollab_fmnist/results.json", "FedAvg")
 REFERENCE_CLIENTS = 20
 REFERENCE_TRAIN = 600
-# Clients are padded to the largest one and every client takes that many minibatches per epoch, so the
-# cost follows the largest client. A Dirichlet split's largest client is not in its run file: FedPAC Table 8's
-# split (100 clients, beta = 1) pads to 1006-1156 images for seeds 0-2, about this many times the mean.
-DIRICHLET_PADDING = 1.8
+# Clients are padded to the largest one, but a minibatch of padding alone is skipped (`core.train.step_if`),
+# so on the CPU a client pays for its own minibatches: the cost follows the mean client's training images. A
+# Dirichlet split shares out this whole training set (Fashion-MNIST's) over its clients.
+DIRICHLET_TRAIN = 60_000
 
 
 def measured_seconds_per_round(data: dict) -> float | None:
@@ -1681,7 +1681,7 @@ def cpu_estimate(run_file: str) -> dict:
     """Estimated CPU time of the run file ``benchmarks/paper/<run_file>`` (all its seeds), from measured runs.
 
     seconds = seeds x rounds x (seconds per round of the method's timed run) x (clients training per round /
-    20) x (the largest client's training images / 600) x (FedEM: M / 3, and FedEM-FT's fine-tuning at every
+    20) x (the mean client's training images / 600) x (FedEM: M / 3, and FedEM-FT's fine-tuning at every
     evaluation: 1 + (clients / clients training per round) x (fine-tuning / local epochs) / eval_every; the
     clustered methods: k / 3), where the timed run is
     ``TIMING_REFERENCE``'s (or a stand-in's, ``TIMING_STAND_IN``). In FedCollab's label-shift setting the
@@ -1721,10 +1721,11 @@ def cpu_estimate(run_file: str) -> dict:
     else:
         clients = int(partition.get("clients", REFERENCE_CLIENTS))
         per_round *= max(1, round(spec.get("fraction", 1.0) * clients)) / REFERENCE_CLIENTS
-        if partition.get("name") == "client_sizes":
-            per_round *= max(partition.get("sizes", [300, 600, 1200])) / REFERENCE_TRAIN
+        if partition.get("name") == "client_sizes":  # each client's size drawn uniformly from the list
+            sizes = partition.get("sizes", [300, 600, 1200])
+            per_round *= sum(sizes) / len(sizes) / REFERENCE_TRAIN
         elif partition.get("name") == "dirichlet":
-            per_round *= DIRICHLET_PADDING
+            per_round *= DIRICHLET_TRAIN / clients / REFERENCE_TRAIN
         else:
             per_round *= data.get("train_per_client", REFERENCE_TRAIN) / REFERENCE_TRAIN
     return {"seconds": seeds * rounds * per_round, "seeds": seeds, "seed_list": seed_list, "rounds": rounds}
@@ -2403,8 +2404,9 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "of the same method in FedPAC's 20-client setting on the project's 2-core CPU (its median round plus "
             "its median evaluation spread over the rounds, so that a round whose process was paused does not "
             "count; a method without a timed run borrows one whose rounds cost about the same), scaled by "
-            "the clients training per round over 20, the largest client's training images over 600 (clients are "
-            "padded to the largest, whose minibatches every client takes), and for FedEM and the clustered methods "
+            "the clients training per round over 20, the mean client's training images over 600 (clients are "
+            "padded to the largest, but a minibatch of padding alone is skipped), and for FedEM and the clustered "
+            "methods "
             "the number of models over 3; in FedCollab's label-shift setting the FedAvg "
             "run of `benchmarks/results/fedcollab_fmnist/` sets the seconds per round. Timings on a shared CPU "
             "vary by a factor of two or more, so these are orders of magnitude.", ""]

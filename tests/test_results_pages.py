@@ -377,6 +377,11 @@ def test_cpu_estimate_scales_with_seeds_clients_and_models():
     assert ft100 == pytest.approx((1 + 100 / 30 / 10) * m3)
     ft20 = gen.cpu_estimate("fedpac/table1_fmnist/fedem_ft__m_3.toml")["seconds"]
     assert ft20 == pytest.approx(1.1 * gen.cpu_estimate("fedpac/table1_fmnist/fedem__m_3.toml")["seconds"])
+    # a client pays for its real minibatches only (padding is skipped): the mean client's size sets the cost
+    t8 = gen.cpu_estimate("fedpac/table8_fmnist/ditto.toml")["seconds"]  # Dir(1.0): 60,000 images, 100 clients
+    assert t8 == pytest.approx(gen.cpu_estimate("fedpac/table1_fmnist_100clients/ditto.toml")["seconds"])
+    t6 = gen.cpu_estimate("fedpac/table6_fmnist/fedrep.toml")  # sizes drawn from {300, 600, 1200}
+    assert t6["seconds"] / t6["seeds"] == pytest.approx(700 / 600 * gen.cpu_estimate("fedpac/table1_fmnist/fedrep.toml")["seconds"])
     assert gen.fmt_duration(90) == "2 min" and gen.fmt_duration(5400) == "1.5 h"
 
 
