@@ -234,8 +234,7 @@ def test_skipping_empty_minibatches_agrees_under_vmap_and_map():
     valid = jnp.array([[[True], [False], [True]], [[True], [True], [True]]])
 
     def one(x, idx, ok):
-        p, s, l = sgd_steps_stateful(0.0, 0, _counting_loss([]), {"x": x}, idx, ok, optax.sgd(0.5), None)
-        return p, s, l
+        return sgd_steps_stateful(0.0, 0, _counting_loss([]), {"x": x}, idx, ok, optax.sgd(0.5), None)
 
     mapped = jax.lax.map(lambda args: one(*args), (data["x"], indices, valid))
     vmapped = jax.vmap(one)(data["x"], indices, valid)

@@ -3,7 +3,7 @@
     python benchmarks/speed/padded_clients.py [--rounds 2] [--strategy auto]
 
 Clients are padded to the largest one, and every client walks the largest client's minibatch plan;
-the steps whose minibatch holds no real sample are skipped (``pflax.core.train.sgd_steps_stateful``).
+the steps whose minibatch holds no real sample are skipped (``pflax.core.train.step_if``).
 This times FedAvg rounds (the FMNIST CNN, batch 50, 5 local epochs, random data: speed does not depend
 on the values) for two layouts of 30 clients:
 
