@@ -884,3 +884,83 @@ def test_the_sources_name_the_machine_of_each_run(tmp_path):
         "none.json": "not recorded"}
     pages = "".join(p.read_text() for p in (REPO / "docs" / "results").glob("*.md"))
     assert pages.count("| trained on |") == len(gen.PAGES)
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) the figures plot what the pages read
+# ---------------------------------------------------------------------------------------------
+
+FIGURE_LINK = re.compile(r"!\[[^\]]*\]\(figures/([^)]+\.svg)\)")
+
+
+def _curve_from_file(data: dict, domain: int | None) -> dict[int, float]:
+    """A results file's accuracy curve, read independently of the generator."""
+    if domain is not None:
+        return {r: acc[domain] for r, acc in zip(data["eval_rounds"], data["accuracy_curve"])}
+    return {e["round"]: 100 * sum(e["accuracy"]) / len(e["accuracy"]) for e in data["personalized_history"]}
+
+
+def _section_text(page: str, heading: str) -> str:
+    (part,) = [p for p in (DOCS / page).read_text().split("\n## ")[1:]
+               if re.fullmatch(re.escape(heading) + r"( \(round \d+\))?", p.splitlines()[0])]
+    return part
+
+
+def test_every_committed_figure_is_linked_and_current():
+    """Each SVG under docs/results/figures/ is linked from a page and carries the fingerprint of the data
+    the generator plots; each linked figure exists."""
+    pages, figures = _generator().render_site()
+    linked = {name for text in pages.values() for name in FIGURE_LINK.findall(text)}
+    committed = {p.name for p in (DOCS / "figures").glob("*.svg")}
+    assert linked == committed == {f.name for f in figures}
+    for f in figures:
+        description = re.search(r"<dc:description>(.*?)</dc:description>", (DOCS / "figures" / f.name).read_text())
+        assert description and description.group(1) == f.fingerprint, f"{f.name}: regenerate the figures"
+
+
+def test_every_curve_is_the_mean_of_its_cells_results_files():
+    """Each plotted curve, recomputed from the results files it names: the mean over those files of their
+    evaluations at the rounds they share; the files are the cell's seeds on its page (same count), and the
+    figure is linked from that cell's section, beside the paper number the section's table prints."""
+    _, figures = _generator().render_site()
+    curves = [f for f in figures if f.kind == "curves"]
+    assert len(curves) >= 20
+    for f in curves:
+        page = f.name.rsplit("-", 1)[0] + ".md"
+        text = _section_text(page, f.data["section"])
+        assert f"](figures/{f.name})" in text
+        rows = {row["method"]: row for row in parse_tables(text)[0]["rows"]}
+        for s in f.data["series"]:
+            per_file = [_curve_from_file(json.loads((REPO / path).read_text()), s["domain"]) for path in s["files"]]
+            rounds = sorted(set.intersection(*(set(c) for c in per_file)))
+            assert s["rounds"] == rounds, (f.name, s["label"])
+            expected = [sum(c[r] for c in per_file) / len(per_file) for r in rounds]
+            np.testing.assert_allclose(s["accuracy"], expected, atol=1e-4, err_msg=f"{f.name}: {s['label']}")
+            row = rows[s["label"]]
+            assert int(row["seeds"]) == len(s["files"]) == s["seeds"], (f.name, s["label"])
+            assert row["paper"] == ("—" if s["paper"] is None else f"{s['paper']:.2f}"), (f.name, s["label"])
+
+
+def test_a_stale_missing_or_extra_figure_is_caught_and_redrawn(tmp_path, monkeypatch, capsys):
+    gen = _generator()
+    pages, _ = gen.render_site()
+    figure = gen.Figure("t-1.svg", "curves", {"page": "T", "section": "s", "paper_rounds": 20, "series": [
+        {"label": "A", "rounds": [10, 20], "accuracy": [50.0, 60.0], "paper": 61.0, "seeds": 1, "domain": None,
+         "files": []}]})
+    monkeypatch.setattr(gen, "render_site", lambda: (pages, [figure]))
+    monkeypatch.setattr(gen, "DOCS", tmp_path)
+    monkeypatch.setattr(gen, "FIGURES", tmp_path / "figures")
+    assert gen.main(["--check"]) == 1
+    assert "figures/t-1.svg does not plot the data" in capsys.readouterr().out
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "old.svg").write_text("<svg/>")
+    assert gen.main([]) == 0 and gen.main(["--check"]) == 0
+    assert not (tmp_path / "figures" / "old.svg").exists()
+    drawn = (tmp_path / "figures" / "t-1.svg").read_text()
+    assert figure.fingerprint in drawn and "<svg" in drawn
+    # A current figure is not redrawn; one whose data changed is caught, then redrawn.
+    assert "redrew 0 of 1 figures" in (gen.main([]), capsys.readouterr().out)[1]
+    changed = gen.Figure("t-1.svg", "curves", {**figure.data, "paper_rounds": 30})
+    monkeypatch.setattr(gen, "render_site", lambda: (pages, [changed]))
+    assert gen.main(["--check"]) == 1
+    assert gen.main([]) == 0 and changed.fingerprint in (tmp_path / "figures" / "t-1.svg").read_text()
