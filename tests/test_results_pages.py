@@ -900,16 +900,22 @@ def _curve_from_file(data: dict, domain: int | None) -> dict[int, float]:
     return {e["round"]: 100 * sum(e["accuracy"]) / len(e["accuracy"]) for e in data["personalized_history"]}
 
 
+@pytest.fixture(scope="module")
+def site():
+    """The generator's pages and figures, rendered once for this module's figure tests."""
+    return _generator().render_site()
+
+
 def _section_text(page: str, heading: str) -> str:
     (part,) = [p for p in (DOCS / page).read_text().split("\n## ")[1:]
                if re.fullmatch(re.escape(heading) + r"( \(round \d+\))?", p.splitlines()[0])]
     return part
 
 
-def test_every_committed_figure_is_linked_and_current():
+def test_every_committed_figure_is_linked_and_current(site):
     """Each SVG under docs/results/figures/ is linked from a page and carries the fingerprint of the data
     the generator plots; each linked figure exists."""
-    pages, figures = _generator().render_site()
+    pages, figures = site
     linked = {name for text in pages.values() for name in FIGURE_LINK.findall(text)}
     committed = {p.name for p in (DOCS / "figures").glob("*.svg")}
     assert linked == committed == {f.name for f in figures}
@@ -918,11 +924,11 @@ def test_every_committed_figure_is_linked_and_current():
         assert description and description.group(1) == f.fingerprint, f"{f.name}: regenerate the figures"
 
 
-def test_every_curve_is_the_mean_of_its_cells_results_files():
+def test_every_curve_is_the_mean_of_its_cells_results_files(site):
     """Each plotted curve, recomputed from the results files it names: the mean over those files of their
     evaluations at the rounds they share; the files are the cell's seeds on its page (same count), and the
     figure is linked from that cell's section, beside the paper number the section's table prints."""
-    _, figures = _generator().render_site()
+    _, figures = site
     curves = [f for f in figures if f.kind == "curves"]
     assert len(curves) >= 20
     for f in curves:
@@ -941,9 +947,9 @@ def test_every_curve_is_the_mean_of_its_cells_results_files():
             assert row["paper"] == ("—" if s["paper"] is None else f"{s['paper']:.2f}"), (f.name, s["label"])
 
 
-def test_a_stale_missing_or_extra_figure_is_caught_and_redrawn(tmp_path, monkeypatch, capsys):
+def test_a_stale_missing_or_extra_figure_is_caught_and_redrawn(site, tmp_path, monkeypatch, capsys):
     gen = _generator()
-    pages, _ = gen.render_site()
+    pages, _ = site
     figure = gen.Figure("t-1.svg", "curves", {"page": "T", "section": "s", "paper_rounds": 20, "series": [
         {"label": "A", "rounds": [10, 20], "accuracy": [50.0, 60.0], "paper": 61.0, "seeds": 1, "domain": None,
          "files": []}]})
