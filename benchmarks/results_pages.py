@@ -2285,8 +2285,12 @@ def curves_figure(page: Page, index: int, section: Section, cells: list[Cell]) -
                    "series": series})
 
 
-CURVES_CAPTION = ("Test accuracy at each evaluation (mean over the clients, then over each method's seeds in the "
-                  "table) against the round; the paper's numbers are the triangles at its last round.")
+def curves_caption(figure: Figure) -> str:
+    """The sentence under a section's curves: what each point is."""
+    one_domain = all(series["domain"] is not None for series in figure.data["series"])
+    what = ("The domain's test accuracy at each evaluation (mean over each method's seeds in the table)" if one_domain
+            else "Test accuracy at each evaluation (mean over the clients, then over each method's seeds in the table)")
+    return f"{what} against the round; the paper's numbers are the triangles at its last round."
 
 
 def gaps_figure(rendered: list[RenderedPage]) -> Figure:
@@ -2404,7 +2408,8 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
         figure = curves_figure(page, index, section, cells)
         if figure is not None:
             figures.append(figure)
-            out += ["", f"![{section.title}: test accuracy over rounds](figures/{figure.name})", "", CURVES_CAPTION]
+            out += ["", f"![{section.title}: test accuracy over rounds](figures/{figure.name})", "",
+                    curves_caption(figure)]
         compared = same_round_rows(cells, section, sections)
         if compared:
             out += ["", SAME_ROUND_TEXT, ""] + table(SAME_ROUND_HEADER, compared)
