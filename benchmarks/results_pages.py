@@ -1271,8 +1271,11 @@ def _fedpick_300_note(missing: str) -> str:
 
     long, short = "fedpick_domains_300", "fedpick_domains"
     prox = [json.loads(p.read_text()) for p in sorted((RESULTS / long).glob("fedprox_seed*.json"))]
-    prox_mnist = " and ".join(f"{r['best_per_domain'][0]:.1f}" for r in prox)
-    prox_inverse = " and ".join(f"{r['best_per_domain'][2]:.0f}" for r in prox)
+    def listed(values: list[str]) -> str:  # "a and b", "a, b and c"
+        return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
+
+    prox_mnist = listed([f"{r['best_per_domain'][0]:.1f}" for r in prox])
+    prox_inverse = listed([f"{r['best_per_domain'][2]:.0f}" for r in prox])
     return (
         "The same cells as the first MNIST section above, at the paper's 300 rounds instead of 30, every other setting "
         "unchanged (run files `benchmarks/paper/fedpick/fedpick_table2_digits_300/`). These runs were made on a "
