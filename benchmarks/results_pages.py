@@ -2240,29 +2240,28 @@ class Figure:
         return "data sha256 " + hashlib.sha256(json.dumps(self.data, sort_keys=True).encode()).hexdigest()
 
 
+SCOREBOARD_FIGURE = "scoreboard.svg"
 _DOMAIN_VALUE = re.compile(r"(?:best|final)_per_domain\[(\d+)\]")
 
 
-def file_curve(data: dict, value_expr: str) -> dict[int, float] | None:
-    """Round -> accuracy (%) at each evaluation of one results file: the mean over clients of the
-    personalised accuracy (``personalized_history``), or, for a FedPick file whose row reads one domain,
-    that domain's column of ``accuracy_curve``. None when the file has no curve.
+def file_curve(data: dict, domain: int | None) -> dict[int, float] | None:
+    """Round -> accuracy (%) at each evaluation of one results file: :func:`_curve` (personalised accuracy,
+    mean over clients), or, for a FedPick file whose row reads one ``domain``, that domain's column of
+    ``accuracy_curve``. None when the file has no curve.
 
-    >>> file_curve({"personalized_history": [{"round": 10, "accuracy": [0.5, 0.7]}]}, "final_accuracy.mean")
+    >>> file_curve({"personalized_history": [{"round": 10, "accuracy": [0.5, 0.7]}]}, None)
     {10: 60.0}
     """
     if data.get("personalized_history"):
-        return {e["round"]: 100 * statistics.fmean(e["accuracy"]) for e in data["personalized_history"]}
-    domain = _DOMAIN_VALUE.search(value_expr)
-    if domain and data.get("accuracy_curve") and data.get("eval_rounds"):
-        column = int(domain.group(1))
-        return {r: acc[column] for r, acc in zip(data["eval_rounds"], data["accuracy_curve"])}
+        return _curve(data)
+    if domain is not None and data.get("accuracy_curve") and data.get("eval_rounds"):
+        return {r: acc[domain] for r, acc in zip(data["eval_rounds"], data["accuracy_curve"])}
     return None
 
 
-def mean_curve(files: list[Path], value_expr: str) -> dict[int, float] | None:
+def mean_curve(files: list[Path], domain: int | None) -> dict[int, float] | None:
     """The mean over ``files`` (a cell's seeds) of their curves, at the rounds every one evaluated."""
-    curves = [file_curve(json.loads(path.read_text()), value_expr) for path in files]
+    curves = [file_curve(json.loads(path.read_text()), domain) for path in files]
     if not curves or None in curves:
         return None
     rounds = sorted(set.intersection(*(set(c) for c in curves)))
@@ -2274,12 +2273,13 @@ def curves_figure(page: Page, index: int, section: Section, cells: list[Cell]) -
     fewer than two evaluations of any cell are on file."""
     series = []
     for c in cells:
-        curve = mean_curve(c.files, c.value_expr) if c.files else None
+        match = _DOMAIN_VALUE.search(c.value_expr)
+        domain = match and int(match.group(1))
+        curve = mean_curve(c.files, domain) if c.files else None
         if curve is None or len(curve) < 2:
             continue
-        domain = _DOMAIN_VALUE.search(c.value_expr)
         series.append({"label": c.row.method, "rounds": list(curve), "accuracy": [round(v, 4) for v in curve.values()],
-                       "paper": c.paper, "seeds": len(c.files), "domain": domain and int(domain.group(1)),
+                       "paper": c.paper, "seeds": len(c.files), "domain": domain,
                        "files": [path.relative_to(REPO).as_posix() for path in c.files]})
     if not series:
         return None
@@ -2304,7 +2304,7 @@ def gaps_figure(rendered: list[RenderedPage]) -> Figure:
                 for section, cells in r.sections for c in cells if counted(c, section)]
         if gaps:
             pages.append({"page": r.page.slug, "gaps": gaps})
-    return Figure("scoreboard.svg", "gaps", {"pages": pages, "far": FAR, "near": THRESHOLDS[0]})
+    return Figure(SCOREBOARD_FIGURE, "gaps", {"pages": pages, "far": FAR, "near": THRESHOLDS[0]})
 
 
 def _figure_style():
@@ -2563,7 +2563,7 @@ def render_readme(rendered: list[RenderedPage]) -> str:
         "side; its number is the mean over the seeds finished.", "",
     ]
     out += table(header, rows)
-    out += ["", f"![Every counted cell's gap to the paper, by page](figures/{gaps_figure(rendered).name})", "",
+    out += ["", f"![Every counted cell's gap to the paper, by page](figures/{SCOREBOARD_FIGURE})", "",
             "Each point is one counted cell's gap (ours − paper), one row per page; red points are more than "
             f"{FAR} points from the paper, and gaps beyond the plot's edge are drawn at it with their value."]
     out += ["", f"## Cells more than {FAR} points from the paper", "",
