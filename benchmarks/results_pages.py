@@ -379,8 +379,9 @@ def _t8_ditto_note() -> str:
 
 # The 20-client APFL cell, more than 1.5 points under the paper after the full 200 rounds.
 APFL_T1_DIAGNOSIS = (
-    "**APFL**, complete and more than 1.5 points from the paper, is not a truncated run: its curve (`rounds.csv` in its folder) gains 0.8 points from round 110 to 200 and 0.1 over the last "
-    "20. Its rule matches the spec (`docs/algorithms/personal.md`): FedPAC's Appendix B.3 fixes alpha = 0.25, "
+    "**APFL**, complete and more than 1.5 points from the paper, is not a truncated run: its curve "
+    "(`rounds.csv` in its folder) gains 0.8 points from round 110 to 200 and 0.1 over the last 20. Its rule "
+    "matches the spec (`docs/algorithms/personal.md`): FedPAC's Appendix B.3 fixes alpha = 0.25, "
     "which we read, as APFL's paper writes it, as the personal model's share of the mixture. The appendix does "
     "not say which model alpha weighs, and the paper's baselines are not released. The diagnosis section "
     "\"APFL: which model alpha weighs\" below runs the other reading, alpha = 0.75, and it ends further from "
@@ -408,12 +409,12 @@ def _pfedme_20_note() -> str:
         "w <- w - lr * lambda * (w - theta), with FedPAC's lambda = 10 and K = 5 (Appendix B.3); the appendix "
         "gives no other pFedMe setting. " + _gain_note("pFedMe", "pfedme", "1", FMNIST20, "table1_fmnist"))
     check = RESULTS / PFEDME_CHECK / "results.json"
-    if not check.exists():
-        return text + (" The diagnosis section \"pFedMe: the inner problem's step\" below runs the step of "
-                       "pFedMe's own code, 0.1 for our 0.01; it has no results yet.")
-    other = _curve(json.loads(check.read_text()))
+    other = _curve(json.loads(check.read_text())) if check.exists() else {}
     cell = _curve(next((r for r in runs if r.get("seed", 0) == 0), runs[0]))  # the check runs seed 0
-    last = max(r for r in other if r in cell)
+    if not set(other) & set(cell):
+        return text + (" The diagnosis section \"pFedMe: the inner problem's step\" below runs the step of "
+                       "pFedMe's own code, 0.1 for our 0.01; it has no evaluation yet.")
+    last = max(set(other) & set(cell))
     finished = json.loads(check.read_text()).get("status") == "finished"
     return text + (
         " The diagnosis section \"pFedMe: the inner problem's step\" below runs the step of pFedMe's own code, "
