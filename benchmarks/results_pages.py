@@ -408,18 +408,18 @@ def _pfedme_20_note() -> str:
         "minibatch, K = 5 plain gradient steps on the loss plus (lambda / 2) ||theta - w||^2, then "
         "w <- w - lr * lambda * (w - theta), with FedPAC's lambda = 10 and K = 5 (Appendix B.3); the appendix "
         "gives no other pFedMe setting. " + _gain_note("pFedMe", "pfedme", "1", FMNIST20, "table1_fmnist"))
+    text += (" The diagnosis section \"pFedMe: the inner problem's step\" below runs the step of pFedMe's own "
+             "code, 0.1 for our 0.01")
     check = RESULTS / PFEDME_CHECK / "results.json"
-    other = _curve(json.loads(check.read_text())) if check.exists() else {}
+    check_run = json.loads(check.read_text()) if check.exists() else None
+    other = _curve(check_run) if check_run else {}
     cell = _curve(next((r for r in runs if r.get("seed", 0) == 0), runs[0]))  # the check runs seed 0
     if not set(other) & set(cell):
-        return text + (" The diagnosis section \"pFedMe: the inner problem's step\" below runs the step of "
-                       "pFedMe's own code, 0.1 for our 0.01; it has no evaluation yet.")
+        return text + "; it has no evaluation yet."
     last = max(set(other) & set(cell))
-    finished = json.loads(check.read_text()).get("status") == "finished"
-    return text + (
-        " The diagnosis section \"pFedMe: the inner problem's step\" below runs the step of pFedMe's own code, "
-        f"0.1 for our 0.01{'' if finished else f' (in progress, round {max(other)} of 200)'}: at round {last} "
-        f"it is at {other[last]:.2f}, against {cell[last]:.2f} for the cell's seed 0 at the same round.")
+    progress = "" if check_run.get("status") == "finished" else f" (in progress, round {max(other)} of 200)"
+    return text + (f"{progress}: at round {last} it is at {other[last]:.2f}, against {cell[last]:.2f} for the "
+                   "cell's seed 0 at the same round.")
 
 
 FEDPAC_TABLE1 = Page(
