@@ -2172,20 +2172,23 @@ CLUSTER_USE_HEADER = ["clustered run", "src", "after round", "hypotheses", "clie
                       "label groups per hypothesis", "accuracy per hypothesis"]
 CLUSTER_USE_TEXT = (
     "**Hypotheses in use.** Each counted clustered run (one with `last_round.cluster_losses`, each client's loss "
-    "under every hypothesis) more than 1.5 points from the paper: the clients each hypothesis serves (the one "
-    "with the lowest loss, as the method picks it) and their mean accuracy (`final_per_client`). A hypothesis "
+    "under every hypothesis), whether or not its cell is within 1.5 points of the paper: the clients each "
+    "hypothesis serves (the one with the lowest loss, as the method picks it) and their mean accuracy "
+    "(`final_per_client`). A hypothesis "
     "that serves no client is a lost cluster: clients of different label groups then share one model. In FedPAC's "
-    "partition (`partition.name = \"fedpac\"`) client i belongs to label group i mod 5 (its dominant classes), "
+    "partition (`partition.name = \"fedpac\"`, and Table 6's `\"client_sizes\"`) client i belongs to label "
+    "group i mod 5 (its dominant classes), "
     "so the groups each hypothesis serves show how the clients split; other partitions show a dash. A FedEM run "
     "(`last_round.pi`, each client's mixture weights) counts each client for its component of largest weight.")
 
 
 def cluster_use_rows(cells: list[Cell], section: Section) -> list[list[str]]:
     """Rows of the hypotheses-in-use table: every counted run with per-hypothesis losses (or FedEM's mixture
-    weights) whose cell is over 1.5 points from the paper, one row per seed's results file."""
+    weights), one row per seed's results file. Cells within the tolerance are listed too, since a run can lose
+    a cluster and still land near the paper."""
     rows = []
     for c in cells:
-        if not (counted(c, section) and abs(c.gap) > FAR):
+        if not counted(c, section):
             continue
         for path in c.files:
             row = _cluster_use_row(c, path, several=len(c.files) > 1)
@@ -2215,11 +2218,18 @@ def _cluster_use_row(c: Cell, path: Path, several: bool) -> list[str] | None:
             ", ".join(fmt(100 * sum(accuracy[i] for i in m) / len(m)) if m else DASH for m in served)]
 
 
+# Partitions whose client i has the dominant classes of group i mod FEDPAC_TEN_CLASS_GROUPS
+# (pflax.data.federations: "client_sizes" is FedPAC's split with Table 6's drawn sizes).
+FEDPAC_GROUPED_PARTITIONS = ("fedpac", "client_sizes")
+
+
 def _label_groups(data: dict, served: list[list[int]]) -> str:
     """The label groups each hypothesis serves, as ``{0, 3, 4}, {1}, {}``, where the run's partition is
-    FedPAC's (client ``i`` in group ``i mod G``, G the number of dominant-class groups); else a dash."""
+    FedPAC's or Table 6's sized version of it (client ``i`` in group ``i mod G``, G the number of
+    dominant-class groups); else a dash."""
     partition = (data.get("run") or {}).get("partition") or {}
-    if partition.get("name") != "fedpac" or partition.get("groups") or data.get("dataset") not in TEN_CLASSES:
+    if (partition.get("name") not in FEDPAC_GROUPED_PARTITIONS or partition.get("groups")
+            or data.get("dataset") not in TEN_CLASSES):
         return DASH
     return ", ".join("{" + ", ".join(map(str, sorted({i % FEDPAC_TEN_CLASS_GROUPS for i in m}))) + "}"
                      for m in served)

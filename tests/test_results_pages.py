@@ -580,7 +580,8 @@ def test_hypotheses_in_use_tables_agree_with_the_results_files():
                 assert row["hypotheses"] == str(k) and row["after round"] == str(data["rounds_completed"])
                 assert row["clients per hypothesis"] == ", ".join(str(len(m)) for m in members), name
                 partition = data.get("run", {}).get("partition", {})
-                if partition.get("name") == "fedpac" and data["dataset"] == "fashion_mnist":  # group: id mod 5
+                if (partition.get("name") in ("fedpac", "client_sizes") and not partition.get("groups")
+                        and data["dataset"] == "fashion_mnist"):  # group: id mod 5
                     assert row["label groups per hypothesis"] == ", ".join(
                         "{" + ", ".join(str(g) for g in sorted({c % 5 for c in m})) + "}" for m in members), name
                 else:
@@ -595,7 +596,8 @@ def test_hypotheses_in_use_tables_agree_with_the_results_files():
 
 
 def test_hypotheses_in_use_names_a_lost_cluster(tmp_path):
-    """A clustered run whose clients all pick two of three hypotheses shows the third as serving none."""
+    """A clustered run whose clients all pick two of three hypotheses shows the third as serving none, whether
+    its cell is far from the paper or within the tolerance; a section not counted has no table."""
     gen = _generator()
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"rounds_completed": 200, "final_per_client": [0.9, 0.8, 0.7, 0.6],
@@ -608,13 +610,15 @@ def test_hypotheses_in_use_names_a_lost_cluster(tmp_path):
     cell.paper, cell.values = 90.0, [75.0]
     assert cell.gap == pytest.approx(-15.0)
     assert gen.cluster_use_rows([cell], section) == [["HypCluster (k=3)", "s1", "200", "3", "2, 0, 2", DASH, "75.00, —, 75.00"]]
-    cell.values = [89.0]  # within 1.5 points: nothing to diagnose
-    assert gen.cluster_use_rows([cell], section) == []
+    cell.values = [89.0]  # within 1.5 points: the lost cluster is still shown
+    assert gen.cluster_use_rows([cell], section) == [["HypCluster (k=3)", "s1", "200", "3", "2, 0, 2", DASH, "75.00, —, 75.00"]]
+    assert gen.cluster_use_rows([cell], gen.Section("demo", (), paper_rounds=200, counted=False)) == []
 
 
 def test_hypotheses_in_use_names_the_label_groups_of_fedpacs_partition(tmp_path):
     """In FedPAC's partition client i is in label group i mod 5: a hypothesis serving clients 0, 3, 5 and 8
-    serves groups {0, 3}; a partition with its own groups gets a dash."""
+    serves groups {0, 3}, in FedPAC's partition and in Table 6's sized one; a partition with its own groups,
+    or another rule (Dirichlet), gets a dash."""
     gen = _generator()
     path = tmp_path / "results.json"
     losses = [[0.1, 0.9] if i in (0, 3, 5, 8) else [0.9, 0.1] for i in range(10)]
@@ -631,6 +635,18 @@ def test_hypotheses_in_use_names_the_label_groups_of_fedpacs_partition(tmp_path)
 
     assert gen.FEDPAC_TEN_CLASS_GROUPS == len(dominant_groups(10))
     run["partition"]["groups"] = [[0, 1], [2, 3]]
+    path.write_text(json.dumps({**json.loads(path.read_text()), "run": run}))
+    assert gen.cluster_use_rows([cell], section)[0][5] == DASH
+    from pflax.suites.fedpac import imbalanced_sizes  # Table 6's split: client i has group i mod 5's classes
+
+    labels = np.repeat(np.arange(10), 1000)
+    for i, idx in enumerate(imbalanced_sizes(labels, 10, (300, 600), 0.2, 10, seed=0)):
+        top = set(np.argsort(-np.bincount(labels[idx], minlength=10))[:3].tolist())
+        assert top == set(dominant_groups(10)[i % gen.FEDPAC_TEN_CLASS_GROUPS])
+    run["partition"] = {"name": "client_sizes", "clients": 10, "sizes": [300, 600, 1200]}
+    path.write_text(json.dumps({**json.loads(path.read_text()), "run": run}))
+    assert gen.cluster_use_rows([cell], section)[0][5] == "{0, 3}, {1, 2, 4}"
+    run["partition"] = {"name": "dirichlet", "clients": 10, "beta": 1.0}
     path.write_text(json.dumps({**json.loads(path.read_text()), "run": run}))
     assert gen.cluster_use_rows([cell], section)[0][5] == DASH
 
