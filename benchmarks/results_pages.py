@@ -2174,11 +2174,12 @@ CLUSTER_USE_TEXT = (
     "**Hypotheses in use.** Each counted clustered run (one with `last_round.cluster_losses`, each client's loss "
     "under every hypothesis), whether or not its cell is within 1.5 points of the paper: the clients each "
     "hypothesis serves (the one with the lowest loss, as the method picks it) and their mean accuracy "
-    "(`final_per_client`). A hypothesis "
-    "that serves no client is a lost cluster: clients of different label groups then share one model. In FedPAC's "
-    "partition (`partition.name = \"fedpac\"`, and Table 6's `\"client_sizes\"`) client i belongs to label "
-    "group i mod 5 (its dominant classes), "
-    "so the groups each hypothesis serves show how the clients split; other partitions show a dash. A FedEM run "
+    "(`final_per_client`). The clients are those of the last round (`last_round.client_ids`): every client "
+    "under full participation, the round's sample under partial participation (30 of 100 at C = 0.3). A "
+    "hypothesis that serves no client is a lost cluster: clients of different label groups then share one "
+    "model. In FedPAC's partition (`partition.name = \"fedpac\"`, and Table 6's `\"client_sizes\"`) client i "
+    "belongs to label group i mod 5 (its dominant classes), so the groups each hypothesis serves show how the "
+    "clients split; other partitions show a dash. A FedEM run "
     "(`last_round.pi`, each client's mixture weights) counts each client for its component of largest weight.")
 
 
