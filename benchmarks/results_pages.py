@@ -261,14 +261,25 @@ def _not_truncated(cell: str, paper: float) -> str:
             f"{curve[best]:.2f} at round {best}, is still {paper - curve[best]:.2f} under the paper.")
 
 
-def _gain_note(method: str, cell: str, table: str, setting: str, folder: str) -> str:
-    """How much a far cell gains over the same table's Local-only, ours against the paper's."""
+def _gains(method: str, cell: str, table: str, setting: str, folder: str) -> tuple[float, float] | None:
+    """A cell's gain over the same table's Local-only, ours and the paper's; None until both runs finish."""
     paper = paper_numbers()
     ours, local = _mean_final(f"{folder}/{cell}"), _mean_final(f"{folder}/local_only")
     if ours is None or local is None:
-        return ""
-    paper_gain = paper[("FedPAC", table, setting, method, "acc")] - paper[("FedPAC", table, setting, "Local-only", "acc")]
-    return f"It gains {ours - local:.2f} points over Local-only here, where the paper's gains {paper_gain:.2f}."
+        return None
+    return ours - local, paper[("FedPAC", table, setting, method, "acc")] - paper[("FedPAC", table, setting, "Local-only", "acc")]
+
+
+def _gain_note(method: str, cell: str, table: str, setting: str, folder: str) -> str:
+    """How much a far cell gains over the same table's Local-only, ours against the paper's."""
+    gains = _gains(method, cell, table, setting, folder)
+    return f"It gains {gains[0]:.2f} points over Local-only here, where the paper's gains {gains[1]:.2f}." if gains else ""
+
+
+def _twenty_client_gain_clause(method: str, cell: str) -> str:
+    """For a 100-client note: the same method's gain over Local-only in Table 1's 20-client section."""
+    gains = _gains(method, cell, "1", FMNIST20, "table1_fmnist")
+    return f" In the 20-client section ours gains {gains[0]:.2f} and the paper's {gains[1]:.2f}." if gains else ""
 
 
 def _fedbabu_100_note() -> str:
@@ -277,9 +288,6 @@ def _fedbabu_100_note() -> str:
         return ""
     paper = paper_numbers()
     gap20 = _mean_final("table1_fmnist/fedbabu") - paper[("FedPAC", "1", FMNIST20, "FedBABU", "acc")]
-    local20 = _mean_final("table1_fmnist/local_only")
-    paper_gain20 = (paper[("FedPAC", "1", FMNIST20, "FedBABU", "acc")]
-                    - paper[("FedPAC", "1", FMNIST20, "Local-only", "acc")])
     ours = _mean_final("table1_fmnist_100clients/fedbabu")
     return (
         f"**FedBABU** ends {paper[('FedPAC', '1', FMNIST100, 'FedBABU', 'acc')] - ours:.2f} points under the "
@@ -289,8 +297,7 @@ def _fedbabu_100_note() -> str:
         "and the diagnosis sections of `fedpac_table10.md`, where other ways to fine-tune do not close the gap): "
         f"in the 20-client section above it is {gap20:+.2f} from the paper. "
         + _gain_note("FedBABU", "fedbabu", "1", FMNIST100, "table1_fmnist_100clients")
-        + (f" In the 20-client section ours gains {_mean_final('table1_fmnist/fedbabu') - local20:.2f} and the "
-           f"paper's {paper_gain20:.2f}." if local20 is not None else "")
+        + _twenty_client_gain_clause("FedBABU", "fedbabu")
         + " Ours falls short of the paper's gain over Local-only by about the same amount in both columns; the "
         "paper's baselines are not released, so where its FedBABU gains the rest is not measured.")
 
@@ -402,10 +409,7 @@ def _apfl_100_note() -> str:
     paper100 = paper[("FedPAC", "1", FMNIST100, "APFL", "acc")]
     if ours is None or abs(ours - paper100) <= FAR:
         return ""
-    ours20 = _mean_final("table1_fmnist/apfl")
-    gap20 = ours20 - paper[("FedPAC", "1", FMNIST20, "APFL", "acc")]
-    local20 = _mean_final("table1_fmnist/local_only")
-    paper_gain20 = paper[("FedPAC", "1", FMNIST20, "APFL", "acc")] - paper[("FedPAC", "1", FMNIST20, "Local-only", "acc")]
+    gap20 = _mean_final("table1_fmnist/apfl") - paper[("FedPAC", "1", FMNIST20, "APFL", "acc")]
     return (
         f"**APFL** ends {abs(ours - paper100):.2f} points {'under' if ours < paper100 else 'above'} the paper "
         "after the full 200 rounds. "
@@ -415,8 +419,7 @@ def _apfl_100_note() -> str:
         "alpha weighs\" check the rule against the spec. Here a client's personal model trains only in the "
         "rounds that sample it, 60 of the 200 on average, as in the paper's protocol. "
         + _gain_note("APFL", "apfl", "1", FMNIST100, "table1_fmnist_100clients")
-        + (f" In the 20-client section ours gains {ours20 - local20:.2f} and the paper's {paper_gain20:.2f}."
-           if local20 is not None else ""))
+        + _twenty_client_gain_clause("APFL", "apfl"))
 
 
 T1_20 = "fedpac/table1_fmnist/"
@@ -861,11 +864,8 @@ def _fedbabu_t10_table1_clause() -> str:
     paper = paper_numbers()
     t1 = _mean_final("table1_fmnist/fedbabu")
     t1_paper = paper[("FedPAC", "1", FMNIST20, "FedBABU", "acc")]
-    gain1 = t1 - _mean_final("table1_fmnist/local_only")
-    paper_gain1 = t1_paper - paper[("FedPAC", "1", FMNIST20, "Local-only", "acc")]
-    gain10 = _mean_final("table10_fmnist/fedbabu") - _mean_final("table10_fmnist/local_only")
-    paper_gain10 = (paper[("FedPAC", "10", T10_SETTING, "FedBABU", "acc")]
-                    - paper[("FedPAC", "10", T10_SETTING, "Local-only", "acc")])
+    gain1, paper_gain1 = _gains("FedBABU", "fedbabu", "1", FMNIST20, "table1_fmnist")
+    gain10, paper_gain10 = _gains("FedBABU", "fedbabu", "10", T10_SETTING, "table10_fmnist")
     return (
         f"The same rule is {t1 - t1_paper:+.2f} from the paper in Table 1 ({t1:.2f} against {t1_paper:.2f}, "
         f"{_seeds_phrase('table1_fmnist/fedbabu', 'fedpac/table1_fmnist/fedbabu.toml')}). Ours gains less over "
