@@ -757,7 +757,8 @@ FEDPAC_TABLE4 = Page(
             ("FedEM-FT (M=3)", "table1_fmnist/fedem_ft__m_3", "from_fedem__m_3",
              "fedpac/table1_fmnist/fedem_ft__m_3.toml"),
             ("FedEM (M=5)", "table1_fmnist/fedem__m_5", "pflax", "fedpac/table1_fmnist/fedem__m_5.toml"),
-            ("FedEM-FT (M=5)", "table1_fmnist/fedem_ft__m_5", "pflax", "fedpac/table1_fmnist/fedem_ft__m_5.toml"),
+            ("FedEM-FT (M=5)", "table1_fmnist/fedem_ft__m_5", "from_fedem__m_5",
+             "fedpac/table1_fmnist/fedem_ft__m_5.toml"),
         ]) + (Row("FedPAC", ("table2_fmnist/both",), FINAL, ("FedPAC", "4", FMNIST20, "FedPAC (ours)", "acc"),
                   repeat_of="fedpac_table1.md"),), paper_rounds=200, note=FEDEM_T4_DIAGNOSIS),
         Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
@@ -766,9 +767,11 @@ FEDPAC_TABLE4 = Page(
             ("HypCluster (k=3)", "table1_fmnist_100clients/hypcluster__k_3", "pflax", T1_100 + "hypcluster__k_3.toml"),
             ("HypCluster (k=5)", "table1_fmnist_100clients/hypcluster__k_5", "pflax", T1_100 + "hypcluster__k_5.toml"),
             ("FedEM (M=3)", "table1_fmnist_100clients/fedem__m_3", "pflax", T1_100 + "fedem__m_3.toml"),
-            ("FedEM-FT (M=3)", "table1_fmnist_100clients/fedem_ft__m_3", "pflax", T1_100 + "fedem_ft__m_3.toml"),
+            ("FedEM-FT (M=3)", "table1_fmnist_100clients/fedem_ft__m_3", "from_fedem__m_3",
+             T1_100 + "fedem_ft__m_3.toml"),
             ("FedEM (M=5)", "table1_fmnist_100clients/fedem__m_5", "pflax", T1_100 + "fedem__m_5.toml"),
-            ("FedEM-FT (M=5)", "table1_fmnist_100clients/fedem_ft__m_5", "pflax", T1_100 + "fedem_ft__m_5.toml"),
+            ("FedEM-FT (M=5)", "table1_fmnist_100clients/fedem_ft__m_5", "from_fedem__m_5",
+             T1_100 + "fedem_ft__m_5.toml"),
         ]) + (Row("FedPAC", ("table1_fmnist_100clients/fedpac",), FINAL,
                   ("FedPAC", "4", FMNIST100, "FedPAC (ours)", "acc"), repeat_of="fedpac_table1.md"),),
             paper_rounds=200, note="30 of the 100 clients train in each round; every client is evaluated."
@@ -803,6 +806,71 @@ FEDPAC_TABLE5 = Page(
     ),
 )
 
+T6_SETTING = "FMNIST/size_imbalanced_20clients"
+# Table 6's methods -> the cell of Table 1 or 4 (20 clients, equal sizes, the same label skew) that runs the
+# same rule (the run files use Table 4's first k and M): (paper table, paper method, our results folder, or the
+# files of an evaluation on another cell's run); our Table 6 folder is table6_fmnist/<cell>.
+T6_ELSEWHERE = {
+    ("Local-only", "local_only"): ("1", "Local-only", "table1_fmnist/local_only"),
+    ("FedAvg-FT", "fedavg_ft"): ("1", "FedAvg-FT", "table1_fmnist/fedavg_ft/seed*/from_fedavg.json"),
+    ("FedRep", "fedrep"): ("1", "FedRep", "table1_fmnist/fedrep"),
+    ("Ditto", "ditto"): ("1", "Ditto", "table1_fmnist/ditto"),
+    ("Fed-RoD", "fedrod"): ("1", "Fed-RoD", "table1_fmnist/fed_rod"),
+    ("pFedHN", "pfedhn"): ("1", "pFedHN", "table1_fmnist/pfedhn"),
+    ("HypCluster", "hypcluster"): ("4", "HypCluster (k=3)", "table1_fmnist/hypcluster__k_3"),
+    ("FedEM", "fedem"): ("4", "FedEM (M=3)", "table1_fmnist/fedem__m_3"),
+    ("FedPAC", "fedpac"): ("1", "FedPAC", "table2_fmnist/both"),
+}
+
+
+def _cell_number(source: str) -> float | None:
+    """A cell's number from a results folder (:func:`_mean_final`) or from the files, one per seed, of an
+    evaluation on another cell's run (a glob ending in ``.json``: the mean of their last evaluations)."""
+    if not source.endswith(".json"):
+        return _mean_final(source)
+    files = sorted(RESULTS.glob(source))
+    return statistics.fmean(evaluate(LAST_EVAL, json.loads(f.read_text())) for f in files) if files else None
+
+
+def _fedem_t6_note() -> str:
+    """Table 6's FedEM cell, once its 200-round run has finished more than 1.5 points from the paper: its
+    curve, Table 4's FedEM (M=3) cell (the same rule with equal client sizes), ours and the paper's, how far
+    the paper's other methods move between the two tables, and the same run scored as FedEM-FT."""
+    paper = paper_numbers()
+    ours = _mean_final("table6_fmnist/fedem")
+    here = paper[("FedPAC", "6", T6_SETTING, "FedEM", "acc")]
+    if ours is None or abs(ours - here) <= FAR:
+        return ""
+    moves, our_moves = {}, {}
+    for (method, cell), (table, paper_method, folder) in T6_ELSEWHERE.items():
+        moves[method] = paper[("FedPAC", "6", T6_SETTING, method, "acc")] - paper[("FedPAC", table, FMNIST20, paper_method, "acc")]
+        ours_here, ours_there = _mean_final(f"table6_fmnist/{cell}"), _cell_number(folder)
+        if method != "FedEM" and ours_here is not None and ours_there is not None:
+            our_moves[method] = ours_here - ours_there
+    others = [v for m, v in moves.items() if m != "FedEM"]
+    t4_ours = _mean_final("table1_fmnist/fedem__m_3")
+    t4_paper = paper[("FedPAC", "4", FMNIST20, "FedEM (M=3)", "acc")]
+    ft_paper = paper[("FedPAC", "4", FMNIST20, "FedEM-FT (M=3)", "acc")]
+    text = (
+        f"**FedEM** ends {abs(ours - here):.2f} points {'under' if ours < here else 'above'} the paper after the "
+        "full 200 rounds. " + _not_truncated("table6_fmnist/fedem", here)
+        + f" It runs the rule of Table 4's 20-client FedEM (M=3) cell (`fedpac_table4.md`), whose setting differs "
+        f"from this one only in the client sizes: there ours is {t4_ours:.2f} and the paper's {t4_paper:.2f}, here "
+        f"ours is {ours:.2f} ({ours - t4_ours:+.2f}) and the paper's {here:.2f} ({moves['FedEM']:+.2f}). From "
+        f"Tables 1 and 4 to this table the paper's {len(others)} other methods move between {min(others):+.2f} "
+        f"and {max(others):+.2f} points (ours, over the {len(our_moves)} whose runs in both have finished, between "
+        f"{min(our_moves.values()):+.2f} and {max(our_moves.values()):+.2f}), and the paper's FedEM-FT (M=3) is "
+        f"{ft_paper:.2f}, {here - ft_paper:+.2f} from this cell: the paper's number here is close to its "
+        "fine-tuned FedEM's, not to its FedEM's. Table 6 names only \"FedEM\"; the diagnosis section \"FedEM "
+        "scored as FedEM-FT\" below scores the same run with the fine-tuning of Table 4's FedEM-FT")
+    ft = _cell_number("table6_fmnist/fedem__finetune/from_fedem.json")
+    if ft is not None:
+        text += f": {ft:.2f}, {ft - here:+.2f} from the paper's number here."
+    else:
+        text += "."
+    return text
+
+
 FEDPAC_TABLE6 = Page(
     slug="fedpac_table6",
     title="FedPAC, Table 6: imbalanced client sizes on Fashion-MNIST",
@@ -820,7 +888,21 @@ FEDPAC_TABLE6 = Page(
             ("FedPAC", "6", "FMNIST/size_imbalanced_20clients"), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("Fed-RoD", "fedrod"), ("pFedHN", "pfedhn"), ("HypCluster", "hypcluster"), ("FedEM", "fedem"),
-                ("FedPAC", "fedpac")]),
+                ("FedPAC", "fedpac")], diagnosis=_fedem_t6_note()),
+        Section("FedEM scored as FedEM-FT", (
+            Row("FedEM (the cell above)", ("table6_fmnist/fedem",), FINAL, ("FedPAC", "6", T6_SETTING, "FedEM", "acc"),
+                run_file="fedpac/table6_fmnist/fedem.toml"),
+            Row("FedEM, each client fine-tuning the mixture for 5 epochs (Table 4's FedEM-FT)",
+                ("table6_fmnist/fedem__finetune/from_fedem.json",), LAST_EVAL,
+                ("FedPAC", "6", T6_SETTING, "FedEM", "acc"), kind="fedavg_eval",
+                run_file="fedpac/table6_fmnist/fedem__finetune.toml")),
+            paper_rounds=200, counted=False, diagnosis=True,
+            why_not="a diagnosis of the FedEM cell: the same run scored as Table 4's FedEM-FT",
+            note="The second row is the first row's run, scored after its last round with each client first "
+                 "fine-tuning the whole mixture (one local FedEM update of 5 epochs on its training split), as "
+                 "Table 4's FedEM-FT does (`python benchmarks/evaluate_variant.py fedpac/table6_fmnist fedem "
+                 "fedem__finetune`, the run file `fedem__finetune.toml` beside `fedem.toml`); the training is the "
+                 "same. Both rows are compared with the paper's Table 6 FedEM."),
     ),
 )
 
@@ -1934,7 +2016,7 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                 raise SystemExit(f"row {row.method!r}: no paper number {row.paper} in {PAPER_CSV}")
             cell.paper = paper[row.paper]
         if not files and row.run_file is not None:
-            cell.estimate_s = cpu_estimate(row.run_file)["seconds"]
+            cell.estimate_s = variant_estimate(row) if variant_base(row) else cpu_estimate(row.run_file)["seconds"]
         cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
         cell.status, cell.complete = _status(cell, section)
         if cell.pending:
@@ -1991,14 +2073,42 @@ def missing_seeds(run_file: str, seeds: list) -> list[int]:
     return [s for s in listed if s not in set(seeds)]
 
 
+def variant_base(row: Row) -> str | None:
+    """The run file of the cell whose run a variant row is read from (``from_<base>.json`` beside the
+    variant's results, written by ``benchmarks/evaluate_variant.py``), when it sits beside the row's run file;
+    None for other rows."""
+    if row.kind != "fedavg_eval" or row.run_file is None or not row.files:
+        return None
+    m = re.search(r"/from_([a-z0-9_]+)\.json$", row.files[0])
+    base = m and f"{row.run_file.rsplit('/', 1)[0]}/{m.group(1)}.toml"
+    return base if base and (RUN_FILES / base).is_file() else None
+
+
+def variant_estimate(row: Row) -> float:
+    """CPU seconds of a variant row once its base run has finished: one evaluation of every seed. By
+    :func:`cpu_estimate`'s model a variant run costs its base run plus its extra evaluation work at each of
+    its evaluations (FedEM-FT's fine-tuning), so one evaluation costs that extra per round times
+    ``eval_every``."""
+    spec = tomllib.loads((RUN_FILES / row.run_file).read_text())
+    extra = cpu_estimate(row.run_file)["seconds"] - cpu_estimate(variant_base(row))["seconds"]
+    return max(0.0, extra) / int(spec.get("rounds", 200)) * spec.get("eval_every", 1)
+
+
 def _not_run_status(row: Row) -> str:
-    """"not run yet", the cell's run file and its CPU-time estimate, or why it has no run file."""
+    """"not run yet", the cell's run file and its CPU-time estimate, or why it has no run file; for a cell
+    read from another cell's run, that run's file and the estimate of the evaluation still to go."""
     parts = ["not run yet"]
     if row.missing:
         parts.append(f"no run file: {row.missing}")
     elif row.run_file is not None:
         parts.append(f"run file `benchmarks/paper/{row.run_file}`")
-    if row.run_file is not None:
+    base = variant_base(row)
+    if base is not None:
+        est = cpu_estimate(row.run_file)
+        seeds = f"{est['seeds']} seeds" if est["seeds"] > 1 else "1 seed"
+        parts.append(f"read from the run of `benchmarks/paper/{base}` once it has finished, an evaluation of about "
+                     f"{fmt_duration(variant_estimate(row))} of CPU ({seeds})")
+    elif row.run_file is not None:
         est = cpu_estimate(row.run_file)
         seeds = f"{est['seeds']} seeds" if est["seeds"] > 1 else "1 seed"
         parts.append(f"about {fmt_duration(est['seconds'])} of CPU ({seeds} x {est['rounds']} rounds)")
@@ -2525,7 +2635,10 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
         commands = c.commands
         if not commands and c.row.run_file is not None and not c.row.missing:
             folder, cell = c.row.run_file.rsplit("/", 1)
-            commands = [f"python benchmarks/paper/run_table.py {folder} {cell.removesuffix('.toml')}"]
+            base = variant_base(c.row)
+            commands = [f"python benchmarks/evaluate_variant.py {folder} {base.rsplit('/', 1)[1].removesuffix('.toml')} "
+                        f"{cell.removesuffix('.toml')}" if base else
+                        f"python benchmarks/paper/run_table.py {folder} {cell.removesuffix('.toml')}"]
         commands = "<br>".join(f"`{cmd}`" for cmd in commands) or DASH
         machines = [machine_of(path) for path in c.files]
         machines = DASH if not machines else machines[0] if len(set(machines)) == 1 else "<br>".join(machines)
@@ -2669,7 +2782,11 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "padded to the largest, but a minibatch of padding alone is skipped), and for FedEM and the clustered "
             "methods "
             "the number of models over 3; in FedCollab's label-shift setting the FedAvg "
-            "run of `benchmarks/results/fedcollab_fmnist/` sets the seconds per round. Timings on a shared CPU "
+            "run of `benchmarks/results/fedcollab_fmnist/` sets the seconds per round. A cell whose method trains "
+            "exactly as another cell's (FedEM-FT as FedEM) is read from that cell's run "
+            "(`benchmarks/evaluate_variant.py`), so it costs one evaluation once that run has finished: its "
+            "fine-tuning of every client, as many rounds of the base run as the fine-tuning epochs over the local "
+            "epochs, times the clients over those training per round. Timings on a shared CPU "
             "vary by a factor of two or more, so these are orders of magnitude.", ""]
     cost_rows, total = [], {"cells": 0, "with run file": 0, "seconds": 0.0}
     for r in rendered:
