@@ -829,7 +829,9 @@ def _cell_number(source: str) -> float | None:
     if not source.endswith(".json"):
         return _mean_final(source)
     files = sorted(RESULTS.glob(source))
-    return statistics.fmean(evaluate(LAST_EVAL, json.loads(f.read_text())) for f in files) if files else None
+    # LAST_EVAL, read here directly: the pages' notes are written while this module loads, before evaluate()
+    return statistics.fmean(100 * statistics.fmean(json.loads(f.read_text())["personalized_history"][-1]["accuracy"])
+                            for f in files) if files else None
 
 
 def _fedem_t6_note() -> str:
@@ -2709,7 +2711,7 @@ def names_method(note: str, method: str) -> bool:
 
 def far_and_diagnosed(section: Section, cells: list[Cell], page_sections=()) -> list[tuple[Cell, str]]:
     """The section's counted cells more than ``FAR`` points from the paper, each with where the page diagnoses
-    it: the section's same-round comparison or hypotheses-in-use table, or its note when that names the
+    it: the section's same-round comparison or hypotheses-in-use table, and its note when that names the
     method; empty when none does. ``page_sections``: the page's ``(Section, cells)`` (for ``fedpac_from``)."""
     far = [c for c in cells if counted(c, section) and abs(round(c.gap, 2)) > FAR]
     if not far:
@@ -2717,7 +2719,8 @@ def far_and_diagnosed(section: Section, cells: list[Cell], page_sections=()) -> 
     where = {row[1]: "same-round comparison with FedPAC" for row in same_round_rows(cells, section, page_sections)}
     for row in cluster_use_rows(cells, section):
         where.setdefault(row[1], "hypotheses in use")
-    return [(c, where.get(c.ref) or ("the section's note" if names_method(section.note, c.row.method) else ""))
+    return [(c, "; ".join(filter(None, (where.get(c.ref),
+                                       "the section's note" if names_method(section.note, c.row.method) else ""))))
             for c in far]
 
 
@@ -2767,8 +2770,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
     out += ["", f"## Cells more than {FAR} points from the paper", "",
             "Every counted cell outside the tolerance, and where its page diagnoses it: the section's same-round "
             "comparison with FedPAC (a shorter run against FedPAC read at the same round), its hypotheses-in-use "
-            "table (a clustered run's lost clusters), or the section's note, which names the method and gives "
-            "the curve, the rule checked against the spec, or diagnosis runs.", ""]
+            "table (a clustered run's lost clusters, or how its clients split), and the section's note when it "
+            "names the method and gives the curve, the rule checked against the spec, or diagnosis runs.", ""]
     out += table(["cell", "page", "section", "gap", "rounds", "diagnosed by"], far_cells(rendered))
     out += ["", "## Cells not run yet", "",
             "Cells of these pages with no results file yet, and an estimate of their CPU time, all seeds "
