@@ -860,8 +860,10 @@ def _fedem_t6_note() -> str:
         f"from this one only in the client sizes: there ours is {t4_ours:.2f} and the paper's {t4_paper:.2f}, here "
         f"ours is {ours:.2f} ({ours - t4_ours:+.2f}) and the paper's {here:.2f} ({moves['FedEM']:+.2f}). From "
         f"Tables 1 and 4 to this table the paper's {len(others)} other methods move between {min(others):+.2f} "
-        f"and {max(others):+.2f} points (ours, over the {len(our_moves)} whose runs in both have finished, between "
-        f"{min(our_moves.values()):+.2f} and {max(our_moves.values()):+.2f}), and the paper's FedEM-FT (M=3) is "
+        f"and {max(others):+.2f} points"
+        + (f" (ours, over the {len(our_moves)} whose runs in both have finished, between "
+           f"{min(our_moves.values()):+.2f} and {max(our_moves.values()):+.2f})" if our_moves else "")
+        + f", and the paper's FedEM-FT (M=3) is "
         f"{ft_paper:.2f}, {here - ft_paper:+.2f} from this cell: the paper's number here is close to its "
         "fine-tuned FedEM's, not to its FedEM's. Table 6 names only \"FedEM\"; the diagnosis section \"FedEM "
         "scored as FedEM-FT\" below scores the same run with the fine-tuning of Table 4's FedEM-FT")
@@ -886,8 +888,7 @@ FEDPAC_TABLE6 = Page(
         "3. FedPAC and FedAvg-FT (the paper's best baseline here) have three seeds, and so has FedRep, by the "
         "scoreboard's rule for one-seed cells near the tolerance (`README.md`); the others one."),
     sections=(
-        _run_section("20 clients, full participation", "fedpac/table6_fmnist",
-            ("FedPAC", "6", "FMNIST/size_imbalanced_20clients"), [
+        _run_section("20 clients, full participation", "fedpac/table6_fmnist", ("FedPAC", "6", T6_SETTING), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("Fed-RoD", "fedrod"), ("pFedHN", "pfedhn"), ("HypCluster", "hypcluster"), ("FedEM", "fedem"),
                 ("FedPAC", "fedpac")], diagnosis=_fedem_t6_note()),
