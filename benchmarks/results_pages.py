@@ -2019,7 +2019,7 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                 raise SystemExit(f"row {row.method!r}: no paper number {row.paper} in {PAPER_CSV}")
             cell.paper = paper[row.paper]
         if not files and row.run_file is not None:
-            cell.estimate_s = variant_estimate(row) if variant_base(row) else cpu_estimate(row.run_file)["seconds"]
+            cell.estimate_s = not_run_seconds(row)
         cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
         cell.status, cell.complete = _status(cell, section)
         if cell.pending:
@@ -2097,6 +2097,12 @@ def variant_estimate(row: Row) -> float:
     return max(0.0, extra) / int(spec.get("rounds", 200)) * spec.get("eval_every", 1)
 
 
+def not_run_seconds(row: Row) -> float:
+    """CPU seconds still to go for a cell with a run file and no results: one evaluation for a variant read
+    from another cell's run (:func:`variant_estimate`), else its own run (:func:`cpu_estimate`)."""
+    return variant_estimate(row) if variant_base(row) else cpu_estimate(row.run_file)["seconds"]
+
+
 def _not_run_status(row: Row) -> str:
     """"not run yet", the cell's run file and its CPU-time estimate, or why it has no run file; for a cell
     read from another cell's run, that run's file and the estimate of the evaluation still to go."""
@@ -2105,16 +2111,12 @@ def _not_run_status(row: Row) -> str:
         parts.append(f"no run file: {row.missing}")
     elif row.run_file is not None:
         parts.append(f"run file `benchmarks/paper/{row.run_file}`")
-    base = variant_base(row)
-    if base is not None:
-        est = cpu_estimate(row.run_file)
+    if row.run_file is not None:
+        est, base = cpu_estimate(row.run_file), variant_base(row)
         seeds = f"{est['seeds']} seeds" if est["seeds"] > 1 else "1 seed"
         parts.append(f"read from the run of `benchmarks/paper/{base}` once it has finished, an evaluation of about "
-                     f"{fmt_duration(variant_estimate(row))} of CPU ({seeds})")
-    elif row.run_file is not None:
-        est = cpu_estimate(row.run_file)
-        seeds = f"{est['seeds']} seeds" if est["seeds"] > 1 else "1 seed"
-        parts.append(f"about {fmt_duration(est['seconds'])} of CPU ({seeds} x {est['rounds']} rounds)")
+                     f"{fmt_duration(not_run_seconds(row))} of CPU ({seeds})" if base else
+                     f"about {fmt_duration(not_run_seconds(row))} of CPU ({seeds} x {est['rounds']} rounds)")
     return "; ".join(parts)
 
 
