@@ -771,6 +771,43 @@ def test_table6_fedem_note_compares_the_papers_two_tables(monkeypatch):
     assert gen._fedem_t6_note() == ""
 
 
+def test_table4_100_client_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_path):
+    """The 100-client FedEM (M=3) note, written only when the cell is far: its curve's last 50 rounds, the
+    smallest top mixture weight of its last round's clients, the gaps beside our HypCluster (k=3) and FedAvg
+    of the column against the paper's, and FedEM-FT read from the same run, each recomputed here."""
+    gen = _generator()
+    paper = paper_csv()
+    c100, c20 = "FMNIST/100clients_frac0.3", "FMNIST/20clients_frac1.0"
+    here = paper[("FedPAC", "4", c100, "FedEM (M=3)", "acc")]
+    history = [{"round": r, "accuracy": [a / 100] * 4} for r, a in ((150, here + 1.5), (200, here + 2.0))]
+    run = {"status": "finished", "final_accuracy": {"mean": here + 2.0}, "personalized_history": history,
+           "last_round": {"pi": [[0.2, 0.8, 0.0], [0.95, 0.03, 0.02], [0.0, 0.0, 1.0]]}}
+    finals = {"table1_fmnist/fedem__m_3": paper[("FedPAC", "4", c20, "FedEM (M=3)", "acc")] + 2.6,
+              "table1_fmnist_100clients/hypcluster__k_3": here + 1.0,
+              "table1_fmnist_100clients/fedavg": here - 1.0}
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: [run] if cell.endswith("100clients/fedem__m_3") else [])
+    monkeypatch.setattr(gen, "_mean_final", finals.get)
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    note = gen._fedem_100_note()
+    assert note.startswith("**FedEM (M=3)** ends 2.00 points above the paper after the full 200 rounds (+2.60 in "
+                           "the 20-client section)")
+    assert "moves +0.50 points from round 150 to 200" in note
+    assert ("2 of the 3 clients that trained put at least 0.9 of their mixture weight on one component and the "
+            "others at least 0.80") in note
+    hyp = paper[("FedPAC", "4", c100, "HypCluster (k=3)", "acc")]
+    assert f"it ends +1.00 from our HypCluster (k=3) here (the paper's HypCluster (k=3) is {hyp - here:+.2f}" in note
+    fedavg = paper[("FedPAC", "1", c100, "FedAvg", "acc")]
+    assert f"The paper's FedEM is {here - fedavg:+.2f} from its FedAvg in this column, ours +3.00" in note
+    assert "FedEM-FT" not in note
+    ft = tmp_path / "table1_fmnist_100clients/fedem_ft__m_3/from_fedem__m_3.json"
+    ft.parent.mkdir(parents=True)
+    ft.write_text(json.dumps({"personalized_history": [{"round": 200, "accuracy": [0.9, 0.92]}]}))
+    ft_paper = paper[("FedPAC", "4", c100, "FedEM-FT (M=3)", "acc")]
+    assert gen._fedem_100_note().endswith(f"is {91.0 - ft_paper:+.2f} from the paper.")
+    run["final_accuracy"]["mean"] = here + 1.4  # within the tolerance: no note
+    assert gen._fedem_100_note() == ""
+
+
 def test_a_far_cell_is_diagnosed_only_where_its_section_names_it(tmp_path):
     gen = _generator()
     path = tmp_path / "results.json"
