@@ -804,6 +804,10 @@ def test_table4_100_client_fedem_note_reads_its_run_and_the_papers_column(monkey
     ft.write_text(json.dumps({"personalized_history": [{"round": 200, "accuracy": [0.9, 0.92]}]}))
     ft_paper = paper[("FedPAC", "4", c100, "FedEM-FT (M=3)", "acc")]
     assert gen._fedem_100_note().endswith(f"is {91.0 - ft_paper:+.2f} from the paper.")
+    finals.clear()  # the other runs not finished: their clauses are left out
+    assert gen._fedem_100_note().startswith("**FedEM (M=3)** ends 2.00 points above the paper after the full 200 "
+                                            "rounds. Its curve")
+    assert "HypCluster" not in gen._fedem_100_note() and "FedAvg" not in gen._fedem_100_note()
     run["final_accuracy"]["mean"] = here + 1.4  # within the tolerance: no note
     assert gen._fedem_100_note() == ""
 
