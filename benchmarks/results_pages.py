@@ -248,6 +248,17 @@ def _mean_final(cell: str) -> float | None:
     return _mean_of_finals(_finished_runs(cell))
 
 
+def _cell_number(source: str) -> float | None:
+    """A cell's number from a results folder (:func:`_mean_final`) or from the files, one per seed, of an
+    evaluation on another cell's run (a glob ending in ``.json``: the mean of their last evaluations)."""
+    if not source.endswith(".json"):
+        return _mean_final(source)
+    files = sorted(RESULTS.glob(source))
+    # LAST_EVAL, read here directly: the pages' notes are written while this module loads, before evaluate()
+    return statistics.fmean(100 * statistics.fmean(json.loads(f.read_text())["personalized_history"][-1]["accuracy"])
+                            for f in files) if files else None
+
+
 def _not_truncated(cell: str, paper: float) -> str:
     """The sentence that a finished 200-round cell far from the paper is not a truncated run, from its curve
     (the mean over its finished seeds): how it moves over the last 50 rounds, and its best evaluation after
@@ -668,6 +679,50 @@ def _fedrod_t3_note() -> str:
         "spread, so whether its draw was a milder one is not known.")
 
 
+# Table 3's methods and their Table 1 (20 clients) cell folders, for the pFedMe note's moves between the tables.
+T3_FROM_T1 = (("Local-only", "local_only", "table1_fmnist/local_only"),
+              ("FedAvg-FT", "fedavg_ft", "table1_fmnist/fedavg_ft/seed*/from_fedavg.json"),
+              ("FedRep", "fedrep", "table1_fmnist/fedrep"), ("Ditto", "ditto", "table1_fmnist/ditto"),
+              ("FedBABU", "fedbabu", "table1_fmnist/fedbabu"), ("Fed-RoD", "fedrod", "table1_fmnist/fed_rod"),
+              ("FedPAC", "fedpac", "table2_fmnist/both"))
+
+
+def _pfedme_t3_note() -> str:
+    """The concept-shift pFedMe cell, once its run has finished more than 1.5 points from the paper: its curve,
+    its rule (Table 1's), and how far it moves from Table 1's pFedMe, ours against the paper's, beside the
+    moves of the other methods whose cells have finished in both tables."""
+    runs = _finished_runs("table3_fmnist/pfedme")
+    if not runs:
+        return ""
+    paper = paper_numbers()
+    here = paper[("FedPAC", "3", T3_SETTING, "pFedMe", "acc")]
+    ours = _mean_of_finals(runs)
+    if abs(round(ours - here, 2)) <= FAR:
+        return ""
+    curve = {r: statistics.fmean(_curve(run)[r] for run in runs) for r in (150, 200)}
+    text = (f"**pFedMe** ends {abs(ours - here):.2f} points {'under' if ours < here else 'above'} the paper after "
+            f"the full 200 rounds; its curve (`rounds.csv` in its folder) moves {curve[200] - curve[150]:+.2f} points "
+            "from round 150 to 200. It runs the rule of Table 1's pFedMe cell (`fedpac_table1.md`: lambda = 10, "
+            "K = 5, the spec's Algorithm 1), with the concept shift's label permutations alone changed.")
+    t1 = _mean_final("table1_fmnist/pfedme")
+    if t1 is None:
+        return text
+    t1_paper = paper[("FedPAC", "1", FMNIST20, "pFedMe", "acc")]
+    ours_moves, paper_moves = [], []
+    for method, cell, t1_source in T3_FROM_T1:
+        there = _cell_number(t1_source)
+        now = _mean_final(f"table3_fmnist/{cell}")
+        paper_moves.append(paper[("FedPAC", "3", T3_SETTING, method, "acc")]
+                           - paper[("FedPAC", "1", FMNIST20, method, "acc")])
+        if there is not None and now is not None:
+            ours_moves.append(now - there)
+    text += (f" From Table 1 to here ours moves {ours - t1:+.2f} and the paper's {here - t1_paper:+.2f}; the paper's "
+             f"other {len(paper_moves)} methods move between {min(paper_moves):+.2f} and {max(paper_moves):+.2f}")
+    if ours_moves:
+        text += f", ours (the {len(ours_moves)} finished in both) between {min(ours_moves):+.2f} and {max(ours_moves):+.2f}"
+    return text + "."
+
+
 FEDPAC_TABLE3 = Page(
     slug="fedpac_table3",
     title="FedPAC, Table 3: concept shift on Fashion-MNIST",
@@ -686,7 +741,7 @@ FEDPAC_TABLE3 = Page(
             ("FedPAC", "3", T3_SETTING), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("pFedMe", "pfedme"), ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")],
-            diagnosis=_fedrep_t3_note() + (" " + _fedrod_t3_note()).rstrip()),
+            diagnosis=_fedrep_t3_note() + (" " + _fedrod_t3_note()).rstrip() + (" " + _pfedme_t3_note()).rstrip()),
     ),
 )
 
@@ -867,17 +922,6 @@ T6_ELSEWHERE = {
     ("FedEM", "fedem"): ("4", "FedEM (M=3)", "table1_fmnist/fedem__m_3"),
     ("FedPAC", "fedpac"): ("1", "FedPAC", "table2_fmnist/both"),
 }
-
-
-def _cell_number(source: str) -> float | None:
-    """A cell's number from a results folder (:func:`_mean_final`) or from the files, one per seed, of an
-    evaluation on another cell's run (a glob ending in ``.json``: the mean of their last evaluations)."""
-    if not source.endswith(".json"):
-        return _mean_final(source)
-    files = sorted(RESULTS.glob(source))
-    # LAST_EVAL, read here directly: the pages' notes are written while this module loads, before evaluate()
-    return statistics.fmean(100 * statistics.fmean(json.loads(f.read_text())["personalized_history"][-1]["accuracy"])
-                            for f in files) if files else None
 
 
 def _fedem_t6_note() -> str:

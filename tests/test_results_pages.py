@@ -812,6 +812,34 @@ def test_table4_100_client_fedem_note_reads_its_run_and_the_papers_column(monkey
     assert gen._fedem_100_note() == ""
 
 
+def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
+    """Table 3's pFedMe note, written only when the cell is far: its curve's last 50 rounds, and how far it
+    moves from Table 1's pFedMe, ours and the paper's, beside the range of the paper's other methods' moves
+    (recomputed here from paper_numbers.csv) and of ours where both cells have finished."""
+    gen = _generator()
+    paper = paper_csv()
+    t3, t1 = "FMNIST/concept_shift_20clients", "FMNIST/20clients_frac1.0"
+    here = paper[("FedPAC", "3", t3, "pFedMe", "acc")]
+    history = [{"round": r, "accuracy": [a / 100] * 2} for r, a in ((150, here - 2.5), (200, here - 2.0))]
+    run = {"status": "finished", "final_accuracy": {"mean": here - 2.0}, "personalized_history": history}
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: [run] if cell == "table3_fmnist/pfedme" else [])
+    numbers = {"table1_fmnist/pfedme": here + 1.0, "table3_fmnist/ditto": 88.0, "table1_fmnist/ditto": 90.5,
+               "table3_fmnist/local_only": 86.0, "table1_fmnist/local_only": 85.5}
+    monkeypatch.setattr(gen, "_mean_final", numbers.get)
+    monkeypatch.setattr(gen, "_cell_number", numbers.get)
+    note = gen._pfedme_t3_note()
+    assert note.startswith("**pFedMe** ends 2.00 points under the paper after the full 200 rounds; its curve")
+    assert "moves +0.50 points from round 150 to 200" in note
+    others = [paper[("FedPAC", "3", t3, m, "acc")] - paper[("FedPAC", "1", t1, m, "acc")]
+              for m in ("Local-only", "FedAvg-FT", "FedRep", "Ditto", "FedBABU", "Fed-RoD", "FedPAC")]
+    move = here - paper[("FedPAC", "1", t1, "pFedMe", "acc")]
+    assert (f"From Table 1 to here ours moves -3.00 and the paper's {move:+.2f}; the paper's other 7 methods move "
+            f"between {min(others):+.2f} and {max(others):+.2f}, ours (the 2 finished in both) between -2.50 and "
+            "+0.50.") in note
+    run["final_accuracy"]["mean"] = here - 1.5  # within the tolerance: no note
+    assert gen._pfedme_t3_note() == ""
+
+
 def test_a_far_cell_is_diagnosed_only_where_its_section_names_it(tmp_path):
     gen = _generator()
     path = tmp_path / "results.json"
