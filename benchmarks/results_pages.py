@@ -733,8 +733,8 @@ FEDPAC_TABLE3 = Page(
         "and 600 test images per client, s = 20 %, dominant classes by group `i mod 5`), then every group of "
         "clients permutes its labels with its own permutation (`concept_shift` partition; the permutations are "
         "drawn from the seed and shared by a client's training and test split); full participation; "
-        + FEDPAC_SETTING + " FedPAC and Ditto (the paper's best baseline here) have three seeds, and so have FedAvg-FT, FedRep "
-        "and Fed-RoD, by the scoreboard's rule for one-seed cells near the tolerance (`README.md`); the others "
+        + FEDPAC_SETTING + " FedPAC and Ditto (the paper's best baseline here) have three seeds, and so have FedAvg-FT, FedRep, "
+        "Fed-RoD and pFedMe, by the scoreboard's rule for one-seed cells near the tolerance (`README.md`); the others "
         "one."),
     sections=(
         _run_section("20 clients, full participation", "fedpac/table3_fmnist",

@@ -113,7 +113,7 @@ def test_three_seeds_for_fedpac_and_each_tables_best_baseline():
         "fedpac/table1_fmnist/hypcluster__k_3.toml", "fedpac/table1_fmnist_100clients/fedprox.toml",
         "fedpac/table2_fmnist/fa_only.toml", "fedpac/table3_fmnist/fedavg_ft.toml",
         "fedpac/table3_fmnist/fedrep.toml", "fedpac/table3_fmnist/fedrod.toml", "fedpac/table6_fmnist/fedrep.toml",
-        "fedpac/table1_fmnist/pfedme.toml",
+        "fedpac/table1_fmnist/pfedme.toml", "fedpac/table3_fmnist/pfedme.toml",
     }
 
 
