@@ -679,12 +679,34 @@ def _fedrod_t3_note() -> str:
         "spread, so whether its draw was a milder one is not known.")
 
 
-# Table 3's methods and their Table 1 (20 clients) cell folders, for the pFedMe note's moves between the tables.
-T3_FROM_T1 = (("Local-only", "local_only", "table1_fmnist/local_only"),
-              ("FedAvg-FT", "fedavg_ft", "table1_fmnist/fedavg_ft/seed*/from_fedavg.json"),
-              ("FedRep", "fedrep", "table1_fmnist/fedrep"), ("Ditto", "ditto", "table1_fmnist/ditto"),
-              ("FedBABU", "fedbabu", "table1_fmnist/fedbabu"), ("Fed-RoD", "fedrod", "table1_fmnist/fed_rod"),
-              ("FedPAC", "fedpac", "table2_fmnist/both"))
+# Our number of a method's cell in Table 1's 20-client section: its results folder, or the files of an
+# evaluation on another cell's run (FedAvg-FT); FedPAC's is Table 2's full method.
+TABLE1_20_CELL = {"Local-only": "table1_fmnist/local_only",
+                  "FedAvg-FT": "table1_fmnist/fedavg_ft/seed*/from_fedavg.json",
+                  "FedRep": "table1_fmnist/fedrep", "Ditto": "table1_fmnist/ditto", "FedBABU": "table1_fmnist/fedbabu",
+                  "Fed-RoD": "table1_fmnist/fed_rod", "pFedHN": "table1_fmnist/pfedhn", "FedPAC": "table2_fmnist/both"}
+
+
+def _moves_from_20_clients(table: str, setting: str, folder: str,
+                           elsewhere: dict[tuple[str, str], tuple[str, str, str]]) -> tuple[dict, dict]:
+    """How far each method moves from its cell in Table 1 or 4 (20 clients) to the same method in ``table``:
+    ``({method: the paper's move}, {method: ours})``, ours only where both cells have a number.
+    ``elsewhere``: ``(method, our cell under folder) -> (paper table, paper method, our source there)``."""
+    paper = paper_numbers()
+    moves, ours = {}, {}
+    for (method, cell), (there_table, there_method, source) in elsewhere.items():
+        moves[method] = (paper[("FedPAC", table, setting, method, "acc")]
+                         - paper[("FedPAC", there_table, FMNIST20, there_method, "acc")])
+        here, there = _mean_final(f"{folder}/{cell}"), _cell_number(source)
+        if here is not None and there is not None:
+            ours[method] = here - there
+    return moves, ours
+
+
+# Table 3's other methods -> their Table 1 cells (as T6_ELSEWHERE below), for the pFedMe note.
+T3_ELSEWHERE = {(method, cell): ("1", method, TABLE1_20_CELL[method]) for method, cell in (
+    ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
+    ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac"))}
 
 
 def _pfedme_t3_note() -> str:
@@ -708,14 +730,8 @@ def _pfedme_t3_note() -> str:
     if t1 is None:
         return text
     t1_paper = paper[("FedPAC", "1", FMNIST20, "pFedMe", "acc")]
-    ours_moves, paper_moves = [], []
-    for method, cell, t1_source in T3_FROM_T1:
-        there = _cell_number(t1_source)
-        now = _mean_final(f"table3_fmnist/{cell}")
-        paper_moves.append(paper[("FedPAC", "3", T3_SETTING, method, "acc")]
-                           - paper[("FedPAC", "1", FMNIST20, method, "acc")])
-        if there is not None and now is not None:
-            ours_moves.append(now - there)
+    paper_moves, ours_moves = (list(m.values()) for m in _moves_from_20_clients("3", T3_SETTING, "table3_fmnist",
+                                                                                T3_ELSEWHERE))
     text += (f" From Table 1 to here ours moves {ours - t1:+.2f} and the paper's {here - t1_paper:+.2f}; the paper's "
              f"other {len(paper_moves)} methods move between {min(paper_moves):+.2f} and {max(paper_moves):+.2f}")
     if ours_moves:
@@ -814,10 +830,8 @@ def _fedem_100_note() -> str:
         text += (f" The paper's FedEM is {here - paper_of('FedAvg', FMNIST100):+.2f} from its FedAvg in this column, "
                  f"ours {ours - fedavg:+.2f}: as in the 20-client section, the paper's reads as a mixture whose "
                  "weights stayed spread, which its unreleased baselines leave unmeasured.")
-    ft = RESULTS / "table1_fmnist_100clients/fedem_ft__m_3/from_fedem__m_3.json"
-    if ft.exists():
-        data = json.loads(ft.read_text())
-        ft_ours = 100 * statistics.fmean(data["personalized_history"][-1]["accuracy"])
+    ft_ours = _cell_number("table1_fmnist_100clients/fedem_ft__m_3/from_fedem__m_3.json")
+    if ft_ours is not None:
         text += (f" FedEM-FT, the same run with each client fine-tuning the mixture before it is scored, is "
                  f"{ft_ours - paper_of('FedEM-FT (M=3)', FMNIST100):+.2f} from the paper.")
     return text
@@ -912,15 +926,12 @@ T6_SETTING = "FMNIST/size_imbalanced_20clients"
 # same rule (the run files use Table 4's first k and M): (paper table, paper method, our results folder, or the
 # files of an evaluation on another cell's run); our Table 6 folder is table6_fmnist/<cell>.
 T6_ELSEWHERE = {
-    ("Local-only", "local_only"): ("1", "Local-only", "table1_fmnist/local_only"),
-    ("FedAvg-FT", "fedavg_ft"): ("1", "FedAvg-FT", "table1_fmnist/fedavg_ft/seed*/from_fedavg.json"),
-    ("FedRep", "fedrep"): ("1", "FedRep", "table1_fmnist/fedrep"),
-    ("Ditto", "ditto"): ("1", "Ditto", "table1_fmnist/ditto"),
-    ("Fed-RoD", "fedrod"): ("1", "Fed-RoD", "table1_fmnist/fed_rod"),
-    ("pFedHN", "pfedhn"): ("1", "pFedHN", "table1_fmnist/pfedhn"),
+    **{(method, cell): ("1", method, TABLE1_20_CELL[method]) for method, cell in (
+        ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
+        ("Fed-RoD", "fedrod"), ("pFedHN", "pfedhn"))},
     ("HypCluster", "hypcluster"): ("4", "HypCluster (k=3)", "table1_fmnist/hypcluster__k_3"),
     ("FedEM", "fedem"): ("4", "FedEM (M=3)", "table1_fmnist/fedem__m_3"),
-    ("FedPAC", "fedpac"): ("1", "FedPAC", "table2_fmnist/both"),
+    ("FedPAC", "fedpac"): ("1", "FedPAC", TABLE1_20_CELL["FedPAC"]),
 }
 
 
@@ -933,12 +944,8 @@ def _fedem_t6_note() -> str:
     here = paper[("FedPAC", "6", T6_SETTING, "FedEM", "acc")]
     if ours is None or abs(ours - here) <= FAR:
         return ""
-    moves, our_moves = {}, {}
-    for (method, cell), (table, paper_method, folder) in T6_ELSEWHERE.items():
-        moves[method] = paper[("FedPAC", "6", T6_SETTING, method, "acc")] - paper[("FedPAC", table, FMNIST20, paper_method, "acc")]
-        ours_here, ours_there = _mean_final(f"table6_fmnist/{cell}"), _cell_number(folder)
-        if method != "FedEM" and ours_here is not None and ours_there is not None:
-            our_moves[method] = ours_here - ours_there
+    moves, our_moves = _moves_from_20_clients("6", T6_SETTING, "table6_fmnist", T6_ELSEWHERE)
+    our_moves.pop("FedEM", None)
     others = [v for m, v in moves.items() if m != "FedEM"]
     t4_ours = _mean_final("table1_fmnist/fedem__m_3")
     t4_paper = paper[("FedPAC", "4", FMNIST20, "FedEM (M=3)", "acc")]
