@@ -840,6 +840,25 @@ def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeyp
     assert gen._pfedme_t3_note() == ""
 
 
+def test_table1_100_client_apfl_note_quotes_the_20_client_gap_only_once_that_run_exists(monkeypatch):
+    """The 100-client APFL note, written only when the cell is far: the 20-client cell's gap is quoted when
+    that run has finished and left out, without failing, when it has not."""
+    gen = _generator()
+    paper = paper_csv()
+    here = paper[("FedPAC", "1", "FMNIST/100clients_frac0.3", "APFL", "acc")]
+    there = paper[("FedPAC", "1", "FMNIST/20clients_frac1.0", "APFL", "acc")]
+    finals = {"table1_fmnist_100clients/apfl": here - 2.0, "table1_fmnist/apfl": there - 1.5}
+    monkeypatch.setattr(gen, "_mean_final", finals.get)
+    monkeypatch.setattr(gen, "_not_truncated", lambda cell, value: "")
+    note = gen._apfl_100_note()
+    assert note.startswith("**APFL** ends 2.00 points under the paper after the full 200 rounds.")
+    assert "(alpha = 0.25 on the personal model, fixed), which is -1.50 from the paper there; that" in note
+    del finals["table1_fmnist/apfl"]
+    assert "(alpha = 0.25 on the personal model, fixed); that section's note" in gen._apfl_100_note()
+    finals["table1_fmnist_100clients/apfl"] = here - 1.5  # within the tolerance: no note
+    assert gen._apfl_100_note() == ""
+
+
 def test_a_far_cell_is_diagnosed_only_where_its_section_names_it(tmp_path):
     gen = _generator()
     path = tmp_path / "results.json"
