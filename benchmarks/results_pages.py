@@ -76,7 +76,8 @@ class Row:
         algorithm, read only for the estimate.
       missing: why the cell has no run file (what pflax lacks to express it).
       superseded_by: a results pattern (as in ``files``) of a later run of the same paper cell; once it has
-        files this row is shown but no longer counted.
+        files this row is shown but no longer counted. Until then the row's own time to the paper's length
+        is left out, since the later run's cell (not run yet) carries it.
     """
 
     method: str
