@@ -260,15 +260,21 @@ def _cell_number(source: str) -> float | None:
                             for f in files) if files else None
 
 
+def _seeds_curve(runs: list[dict]) -> dict[int, float]:
+    """The mean of some runs' curves (:func:`_curve`; a cell's seeds), at the rounds every one evaluated."""
+    curves = [_curve(run) for run in runs]
+    return {r: statistics.fmean(c[r] for c in curves) for r in set.intersection(*(set(c) for c in curves))}
+
+
 def _not_truncated(cell: str, paper: float) -> str:
     """The sentence that a finished 200-round cell far from the paper is not a truncated run, from its curve
     (the mean over its finished seeds): how it moves over the last 50 rounds, and its best evaluation after
     round 100."""
-    curves = [_curve(run) for run in _finished_runs(cell)]
-    curve = {r: statistics.fmean(c[r] for c in curves) for r in set.intersection(*(set(c) for c in curves))}
+    runs = _finished_runs(cell)
+    curve = _seeds_curve(runs)
     best = max((r for r in curve if r > 100), key=curve.get)
-    return (f"It is not a truncated run: its curve (`rounds.csv` in its folder{'s' if len(curves) > 1 else ''}"
-            f"{', mean over the seeds' if len(curves) > 1 else ''}) moves "
+    return (f"It is not a truncated run: its curve (`rounds.csv` in its folder{'s' if len(runs) > 1 else ''}"
+            f"{', mean over the seeds' if len(runs) > 1 else ''}) moves "
             f"{curve[200] - curve[150]:+.2f} points from round 150 to 200, and its best evaluation after round 100, "
             f"{curve[best]:.2f} at round {best}, is still {paper - curve[best]:.2f} under the paper.")
 
@@ -725,7 +731,7 @@ def _pfedme_t3_note() -> str:
     ours = _mean_of_finals(runs)
     if abs(round(ours - here, 2)) <= FAR:
         return ""
-    curve = {r: statistics.fmean(_curve(run)[r] for run in runs) for r in (150, 200)}
+    curve = _seeds_curve(runs)
     text = (f"**pFedMe** ends {abs(ours - here):.2f} points {'under' if ours < here else 'above'} the paper after "
             f"the full 200 rounds; its curve (`rounds.csv` in its folder) moves {curve[200] - curve[150]:+.2f} points "
             "from round 150 to 200. It runs the rule of Table 1's pFedMe cell (`fedpac_table1.md`: lambda = 10, "
@@ -1507,14 +1513,20 @@ _T2_ARMS = (("SingleSet", "single"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"
             ("FedRep", "fedrep"), ("LG-FedAvg", "lg_fedavg"), ("FedBN", "fedbn"), ("FedPick", "fedpick"))
 
 
+def _rows_at_300(folder: str, table: str, arms: tuple, domains: tuple[str, ...], domain: str) -> tuple[Row, ...]:
+    """Table II's counted cells of one ``domain`` (its paper name, e.g. "MNIST") at the paper's 300 rounds:
+    each arm's files in ``benchmarks/results/<folder>/``, run file ``fedpick/<table>/<arm>.toml``."""
+    index = [d.lower() for d in domains].index(domain.lower())
+    return tuple(Row(label, (f"{folder}/{arm}_seed*.json",), f"best_per_domain[{index}]",
+                     ("FedPick", "II", f"Digits5/{domain}", label, "best_acc_mean"), kind="fedpick",
+                     expect=(("domains", list(domains)), ("rounds", 300)), run_file=f"fedpick/{table}/{arm}.toml")
+                 for label, arm in arms)
+
+
 def _fedpick_300() -> tuple[Section, ...]:
     """Table II's MNIST column at the paper's 300 rounds (``fedpick_domains_300/``): counted where it has files,
     in place of the 30-round cell of the same method."""
-    rows = tuple(Row(label, (f"fedpick_domains_300/{arm}_seed*.json",), "best_per_domain[0]",
-                     ("FedPick", "II", "Digits5/MNIST", label, "best_acc_mean"), kind="fedpick",
-                     expect=(("domains", list(_DOMAINS)), ("rounds", 300)),
-                     run_file=f"fedpick/fedpick_table2_digits_300/{arm}.toml")
-                 for label, arm in _T2_ARMS)
+    rows = _rows_at_300("fedpick_domains_300", "fedpick_table2_digits_300", _T2_ARMS, _DOMAINS, "MNIST")
     return (Section("MNIST, the paper's 300 rounds", rows, paper_rounds=300,
                     note=_fedpick_300_note(_seeds_not_run("fedpick_domains_300", "fedpick_table2_digits_300"))),)
 
@@ -1606,14 +1618,9 @@ def _fedpick_usps_300() -> tuple[Section, ...]:
     """The real-USPS cells at the paper's 300 rounds (``USPS_300``): best over rounds (counted, in place of the
     30-round cell of the same method) and, for the methods with files, the final round (its cells not run yet
     are the counted section's)."""
-    def rows(value: str, counted_metric: bool):
-        return tuple(Row(label, (f"{USPS_300}/{arm}_seed*.json",), value,
-                         ("FedPick", "II", "Digits5/USPS", label, "best_acc_mean") if counted_metric else None,
-                         kind="fedpick", expect=(("domains", list(_USPS_DOMAINS)), ("rounds", 300)),
-                         run_file=f"fedpick/fedpick_table2_usps_300/{arm}.toml" if counted_metric else None)
-                     for label, arm in _USPS_ARMS
-                     if counted_metric or any((RESULTS / USPS_300).glob(f"{arm}_seed*.json")))
-
+    best = _rows_at_300(USPS_300, "fedpick_table2_usps_300", _USPS_ARMS, _USPS_DOMAINS, "USPS")
+    final = tuple(Row(row.method, row.files, f"final_per_domain[{_USPS_DOMAINS.index('usps')}]", None,
+                      kind="fedpick", expect=row.expect) for row in best if any(RESULTS.glob(row.files[0])))
     note = (
         "The real-USPS cells above at the paper's 300 rounds instead of 30, every other setting unchanged (run "
         "files `benchmarks/paper/fedpick/fedpick_table2_usps_300/`, checkpointed every 50 rounds; command: "
@@ -1621,9 +1628,8 @@ def _fedpick_usps_300() -> tuple[Section, ...]:
         "A method with files here is counted here, and its 30-round cell above is shown only; seeds without "
         f"results: {_seeds_not_run(USPS_300, 'fedpick_table2_usps_300')}. The 30-round section above says why "
         "more rounds alone are unlikely to bring these cells within 1.5 points of the paper.")
-    final = rows("final_per_domain[1]", False)
-    return (Section("Real USPS, the paper's 300 rounds: best test accuracy over rounds", rows("best_per_domain[1]", True),
-                    paper_rounds=300, note=note),) + ((
+    return (Section("Real USPS, the paper's 300 rounds: best test accuracy over rounds", best, paper_rounds=300,
+                    note=note),) + ((
         Section("Real USPS, the paper's 300 rounds: final-round test accuracy", final, paper_rounds=300,
                 counted=False, why_not="the paper reports only the best over rounds"),) if final else ())
 
@@ -2076,7 +2082,6 @@ class Cell:
     def to_go_s(self) -> float | None:
         return None if self.to_go is None else sum(self.to_go.values())
     superseded: bool = False  # a later run of the same paper cell has results (Row.superseded_by)
-    superseded_by_plan: bool = False  # that later run has no results yet
     missing_seeds: list[int] = field(default_factory=list)  # seeds its run file lists with no results yet
     pending: list[tuple] = field(default_factory=list)  # (seed, round) of seeds running beside finished ones
     seeds: list = field(default_factory=list)  # the seed of each of ``files`` (None where none says)
@@ -2154,7 +2159,6 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
         if not files and row.run_file is not None:
             cell.estimate_s = not_run_seconds(row)
         cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
-        cell.superseded_by_plan = row.superseded_by is not None and not cell.superseded
         cell.status, cell.complete = _status(cell, section)
         if cell.pending:
             cell.status += "; " + ", ".join(f"seed {k} in progress (round {r})" for k, r in cell.pending) + \
@@ -2177,10 +2181,11 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                     cell.status += listed + f"about {fmt_duration(cell.missing_seeds_s)} of CPU"
         # A run with a later run of the same paper cell, run or only planned, needs no more rounds: the later
         # run has them, or its own cell's estimate counts them.
-        if files and not cell.complete and not section.same_round and cell.superseded_by_plan:
-            cell.status += (f"; its run at the paper's length (`benchmarks/results/{row.superseded_by}`) "
-                            "is not run yet")
-        elif files and not cell.complete and not section.same_round and not cell.superseded:
+        if files and not cell.complete and not section.same_round and row.superseded_by is not None:
+            if not cell.superseded:
+                cell.status += (f"; its run at the paper's length (`benchmarks/results/{row.superseded_by}`) "
+                                "is not run yet")
+        elif files and not cell.complete and not section.same_round:
             cell.to_go = _to_go(files, cell, section)
             if cell.to_go is not None:
                 target = max(section.paper_rounds, *cell.planned)
