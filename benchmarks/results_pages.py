@@ -1430,14 +1430,15 @@ def _fedpick(table: str, rows: list[tuple[str, str, str | None]], mnist_note: st
              superseded_by: str | None = None) -> tuple[Section, ...]:
     """Sections MNIST / MNIST-M / mean over our domains from (label, arm, repeat_of); ``mnist_note`` is
     added to the MNIST section's note. With ``superseded_by`` (a results folder of longer runs of these
-    cells), an MNIST cell with files there is counted there instead."""
+    cells), an MNIST cell with files there is counted there instead; since one run scores every domain, the
+    longer run supersedes the shorter one's rows in every section, so its time to go is counted once."""
     def make(domain_index: int | None, paper_setting: str | None):
         out = []
         for label, arm, repeat in rows:
             value = "mean(best_per_domain)" if domain_index is None else f"best_per_domain[{domain_index}]"
             expect = (("domains", list(_DOMAINS)),)
             paper = None if paper_setting is None else ("FedPick", table, paper_setting, label, "best_acc_mean")
-            later = f"{superseded_by}/{arm}_seed*.json" if superseded_by and domain_index == 0 else None
+            later = f"{superseded_by}/{arm}_seed*.json" if superseded_by else None
             out.append(Row(label, (f"fedpick_domains/{arm}_seed*.json",), value, paper, kind="fedpick",
                            repeat_of=repeat, expect=expect, superseded_by=later))
         return tuple(out)
