@@ -1967,12 +1967,15 @@ def trained_on_cpu(data: dict) -> bool:
 def machine_of(path: Path) -> str:
     """Where a results file's run was trained: the device kind of each process that trained it (its backend
     for files older than device kinds), with the round it started from when there were several machines;
-    "not recorded" for a file that names none."""
+    for an evaluation of another run's final state (``benchmarks/evaluate_variant.py``: its ``source_run``),
+    that run's machine; "not recorded" for a file that names none."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return "not recorded"
     sessions = _sessions(data)
+    if not sessions and data.get("source_run"):
+        return f"{machine_of(REPO / data['source_run'])} (the run it evaluates)"
     if not sessions:
         return "not recorded"
     names = [s.get("device_kind") or s.get("backend", "?") for s in sessions]

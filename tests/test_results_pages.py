@@ -1097,13 +1097,15 @@ def test_the_sources_name_the_machine_of_each_run(tmp_path):
              "one.json": {"jax": gpu, "sessions": [{"from_round": 0, **gpu}]},
              "resumed_here.json": {"sessions": [{"from_round": 0, **cpu}, {"from_round": 50, **cpu}]},
              "older.json": {"jax": {"backend": "cpu", "version": "0.4.30"}},
-             "none.json": {"arm": "fedavg"}}
+             "none.json": {"arm": "fedavg"},
+             # an evaluation of another run's final state (benchmarks/evaluate_variant.py) names that run
+             "variant.json": {"source_run": str(tmp_path / "one.json")}}
     for name, data in files.items():
         (tmp_path / name).write_text(json.dumps(data))
     assert {name: gen.machine_of(tmp_path / name) for name in files} == {
         "moved.json": "NVIDIA H100 80GB HBM3 from round 0, then cpu from round 90",
         "one.json": "NVIDIA H100 80GB HBM3", "resumed_here.json": "cpu", "older.json": "cpu",
-        "none.json": "not recorded"}
+        "none.json": "not recorded", "variant.json": "NVIDIA H100 80GB HBM3 (the run it evaluates)"}
     pages = "".join(p.read_text() for p in (REPO / "docs" / "results").glob("*.md"))
     assert pages.count("| trained on |") == len(gen.PAGES)
 
