@@ -1194,3 +1194,26 @@ def test_a_stale_missing_or_extra_figure_is_caught_and_redrawn(site, tmp_path, m
     monkeypatch.setattr(gen, "render_site", lambda: (pages, [changed]))
     assert gen.main(["--check"]) == 1
     assert gen.main([]) == 0 and changed.fingerprint in (tmp_path / "figures" / "t-1.svg").read_text()
+
+
+def test_table10_angles_note_compares_each_method_with_itself_at_our_angles(monkeypatch):
+    """The rotation table's angles diagnosis: Local-only's and FedPAC's seed-0 change from our angles to the
+    milder ones, their gaps to the paper and FedPAC's lead over Local-only in each and in the paper; a plain
+    "not measured yet" until both milder runs have finished."""
+    gen = _generator()
+    paper = paper_csv()
+    local_paper, pac_paper = (paper[("FedPAC", "10", gen.T10_SETTING, m, "acc")] for m in ("Local-only", "FedPAC"))
+
+    def run(value, seed=0):
+        return {"status": "finished", "seed": seed, "final_accuracy": {"mean": value}}
+
+    finished = {"table10_fmnist/local_only": [run(78.0)], "table10_fmnist/fedpac": [run(81.0, 1), run(82.0)],
+                "table10_fmnist/local_only__angles_0_to_60": [run(79.0)]}
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: finished.get(cell, []))
+    assert "not measured yet" in gen._t10_angles_note()
+    finished["table10_fmnist/fedpac__angles_0_to_60"] = [run(85.0)]
+    note = gen._t10_angles_note()
+    assert (f"Local-only, which shares nothing, moves +1.00 points (to 79.00, {79.0 - local_paper:+.2f} from the "
+            f"paper) and FedPAC +3.00 (to 85.00, {85.0 - pac_paper:+.2f} from the paper; seed 0 of each)") in note
+    assert (f"FedPAC is +4.00 from Local-only with our angles, +6.00 with these and {pac_paper - local_paper:+.2f} "
+            "in the paper") in note
