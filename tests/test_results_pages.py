@@ -1220,5 +1220,8 @@ def test_table10_angles_note_compares_each_method_with_itself_at_our_angles(monk
             f"paper) and FedPAC +3.00 (to 85.00, {85.0 - pac_paper:+.2f} from the paper; seed 0 of each)") in note
     assert (f"FedPAC is +4.00 from Local-only with our angles, +6.00 with these and {pac_paper - local_paper:+.2f} "
             "in the paper") in note
-    finished["table10_fmnist/fedpac__angles_0_to_60"] = [run(85.0, 0, 87.0)]
-    assert "so the late fall is not the angles' doing" in gen._t10_angles_note()
+    assert "these angles bring FedPAC within the tolerance" in note  # 85.0 is within 1.5 of the paper's 85.56
+    finished["table10_fmnist/fedpac__angles_0_to_60"] = [run(83.0, 0, 85.0)]
+    note = gen._t10_angles_note()
+    assert "so the late fall is not the angles' doing" in note
+    assert "these angles close part of FedPAC's gap, not all of it" in note
