@@ -239,6 +239,12 @@ def _curve(run: dict) -> dict[int, float]:
     return {e["round"]: 100 * statistics.fmean(e["accuracy"]) for e in run["personalized_history"]}
 
 
+def _peak_and_fall(curve: dict[int, float]) -> tuple[int, float]:
+    """A curve's (:func:`_curve`) best evaluation round, and how far it falls from there to its last one."""
+    peak = max(curve, key=curve.get)
+    return peak, curve[peak] - curve[max(curve)]
+
+
 def _mean_of_finals(runs: list[dict]) -> float | None:
     """The mean final accuracy of some finished runs (a cell's number when they are its seeds); None for none."""
     return statistics.fmean(r["final_accuracy"]["mean"] for r in runs) if runs else None
@@ -1081,8 +1087,7 @@ def _t10_alignment_clause(fedpac_fall: float) -> str:
         return ("what makes FedPAC's fall here is not measured yet (the section \"FedPAC without feature "
                 "alignment\" below has the run that tests the alignment).")
     curve = _curve(runs[0])
-    peak = max(curve, key=curve.get)
-    fall = curve[peak] - curve[max(curve)]
+    peak, fall = _peak_and_fall(curve)
     verdict = ("so the alignment accounts for most of the fall" if fall < fedpac_fall / 2 else
                "so the fall is not the alignment's doing")
     final = runs[0]["final_accuracy"]["mean"]
@@ -1133,7 +1138,7 @@ def _t10_fedpac_note() -> str:
     shared = [(label, run["final_accuracy"]["mean"] - paper_of(label)) for label, run in shared_runs.items()]
     local_run = result_of("local_only")
     local = None if local_run is None else local_run["final_accuracy"]["mean"]
-    milder_angles_run = all(_finished_runs(f"table10_fmnist/{cell}__{T10_MILD}") for cell in ("local_only", "fedpac"))
+    milder_angles_run = _t10_seed0_pairs() is not None
     seeds = f"{len(runs)} seed{'s' if len(runs) > 1 else ''}"
     text = (
         f"**FedPAC** ({seeds}) ends {paper_of('FedPAC') - final:.2f} points under the paper after the full 200 "
@@ -1161,27 +1166,31 @@ def _t10_fedpac_note() -> str:
     return text
 
 
-def _t10_angles_note() -> str:
-    """What the runs at milder rotation angles say of the hypothesis that our angles are the harder part of the
-    rotation table: Local-only's and FedPAC's change from our angles, each seed 0, once both runs finished."""
-    paper = paper_numbers()
-    changes = {}
+def _t10_seed0_pairs() -> dict[str, tuple[dict, dict]] | None:
+    """Local-only's and FedPAC's finished seed-0 runs on the rotation table, each with its run at the milder
+    angles (``T10_MILD``): ``{label: (ours, milder)}``; None until all four have finished."""
+    pairs = {}
     for label, cell in (("Local-only", "local_only"), ("FedPAC", "fedpac")):
         ours = [r for r in _finished_runs(f"table10_fmnist/{cell}") if r.get("seed", 0) == 0]
         mild = _finished_runs(f"table10_fmnist/{cell}__{T10_MILD}")
         if not ours or not mild:
-            return ("The runs of this section have not both finished yet, so the hypothesis they test is not "
-                    "measured yet.")
-        changes[label] = (ours[0]["final_accuracy"]["mean"], mild[0]["final_accuracy"]["mean"],
-                          paper[("FedPAC", "10", T10_SETTING, label, "acc")])
-    (local, local_mild, local_paper), (pac, pac_mild, pac_paper) = changes["Local-only"], changes["FedPAC"]
+            return None
+        pairs[label] = (ours[0], mild[0])
+    return pairs
 
-    def fall(cell: str) -> tuple[int, float]:  # seed 0's best evaluation round, and its fall from there to the end
-        curve = _curve(next(r for r in _finished_runs(cell) if r.get("seed", 0) == 0))
-        peak = max(curve, key=curve.get)
-        return peak, curve[peak] - curve[max(curve)]
 
-    (peak, drop), (peak_mild, drop_mild) = fall("table10_fmnist/fedpac"), fall(f"table10_fmnist/fedpac__{T10_MILD}")
+def _t10_angles_note() -> str:
+    """What the runs at milder rotation angles say of the hypothesis that our angles are the harder part of the
+    rotation table: Local-only's and FedPAC's change from our angles, each seed 0, once both runs finished."""
+    pairs = _t10_seed0_pairs()
+    if pairs is None:
+        return ("The runs of this section have not both finished yet, so the hypothesis they test is not "
+                "measured yet.")
+    paper = paper_numbers()
+    (local, local_mild, local_paper), (pac, pac_mild, pac_paper) = (
+        (ours["final_accuracy"]["mean"], mild["final_accuracy"]["mean"], paper[("FedPAC", "10", T10_SETTING, label, "acc")])
+        for label, (ours, mild) in pairs.items())
+    (peak, drop), (peak_mild, drop_mild) = (_peak_and_fall(_curve(run)) for run in pairs["FedPAC"])
     return (f"With angles 0 to 60 degrees, Local-only, which shares nothing, moves {local_mild - local:+.2f} points "
             f"(to {local_mild:.2f}, {local_mild - local_paper:+.2f} from the paper) and FedPAC "
             f"{pac_mild - pac:+.2f} (to {pac_mild:.2f}, {pac_mild - pac_paper:+.2f} from the paper; seed 0 of each). "
