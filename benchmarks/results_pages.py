@@ -2032,18 +2032,37 @@ def trained_on_cpu(data: dict) -> bool:
     return all(s.get("backend", "cpu") == "cpu" for s in _sessions(data))
 
 
+def _evaluated_run(path: Path, data) -> Path | None:
+    """The results file of the run an evaluation file reads: its ``source_run``, or for the older
+    ``benchmarks/fedavg_family_eval.py`` files the run folder of its ``source_checkpoints`` (that folder's
+    ``seed<k>/`` of the evaluation's own seed once the run's seeds moved into seed folders); None if none."""
+    if not isinstance(data, dict):
+        return None
+    if data.get("source_run"):
+        return REPO / data["source_run"]
+    if not data.get("source_checkpoints"):
+        return None
+    folder = (REPO / data["source_checkpoints"]).parent
+    candidates = [folder / "results.json"]
+    if re.fullmatch(r"seed\d+", path.parent.name):
+        candidates.append(folder / path.parent.name / "results.json")
+    return next((c for c in candidates if c.is_file()), None)
+
+
 def machine_of(path: Path) -> str:
     """Where a results file's run was trained: the device kind of each process that trained it (its backend
     for files older than device kinds), with the round it started from when there were several machines;
-    for an evaluation of another run's final state (``benchmarks/evaluate_variant.py``: its ``source_run``),
-    that run's machine; "not recorded" for a file that names none."""
+    for an evaluation of another run's states (``benchmarks/evaluate_variant.py``'s ``source_run``, or
+    ``benchmarks/fedavg_family_eval.py``'s ``source_checkpoints``), that run's machine; "not recorded" for a
+    file that names none."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return "not recorded"
     sessions = _sessions(data)
-    if not sessions and data.get("source_run"):
-        return f"{machine_of(REPO / data['source_run'])} (the run it evaluates)"
+    source = _evaluated_run(path, data) if not sessions else None
+    if source is not None:
+        return f"{machine_of(source)} (the run it evaluates)"
     if not sessions:
         return "not recorded"
     names = [s.get("device_kind") or s.get("backend", "?") for s in sessions]

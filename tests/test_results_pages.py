@@ -1099,13 +1099,18 @@ def test_the_sources_name_the_machine_of_each_run(tmp_path):
              "older.json": {"jax": {"backend": "cpu", "version": "0.4.30"}},
              "none.json": {"arm": "fedavg"},
              # an evaluation of another run's final state (benchmarks/evaluate_variant.py) names that run
-             "variant.json": {"source_run": str(tmp_path / "one.json")}}
+             "variant.json": {"source_run": str(tmp_path / "one.json")},
+             # an older evaluation of a run's checkpoints, whose run has since moved into seed folders
+             "run/seed0/from_run.json": {"source_checkpoints": str(tmp_path / "run" / "checkpoints")},
+             "run/seed0/results.json": {"sessions": [{"from_round": 0, **cpu}]}}
     for name, data in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(json.dumps(data))
     assert {name: gen.machine_of(tmp_path / name) for name in files} == {
         "moved.json": "NVIDIA H100 80GB HBM3 from round 0, then cpu from round 90",
         "one.json": "NVIDIA H100 80GB HBM3", "resumed_here.json": "cpu", "older.json": "cpu",
-        "none.json": "not recorded", "variant.json": "NVIDIA H100 80GB HBM3 (the run it evaluates)"}
+        "none.json": "not recorded", "variant.json": "NVIDIA H100 80GB HBM3 (the run it evaluates)",
+        "run/seed0/from_run.json": "cpu (the run it evaluates)", "run/seed0/results.json": "cpu"}
     pages = "".join(p.read_text() for p in (REPO / "docs" / "results").glob("*.md"))
     assert pages.count("| trained on |") == len(gen.PAGES)
 
