@@ -438,6 +438,18 @@ def test_cpu_estimate_ignores_a_round_that_was_paused(tmp_path, monkeypatch):
     assert gen._seconds_per_round("paused") == pytest.approx(28.2)
 
 
+def test_fedpick_files_time_only_the_rounds_their_last_process_ran():
+    """A FedPick benchmark file's ``seconds`` are the wall time of the process that finished it, so a run
+    resumed at round 250 of 300 timed 50 rounds, not 300; one seed costs that pace times its rounds."""
+    gen = _generator()
+    fresh = {"rounds": 300, "seconds": 840.0}
+    resumed = {"rounds": 300, "seconds": 140.0, "resumed_at_rounds": [100, 250]}
+    assert gen.measured_seconds_per_round(fresh) == pytest.approx(2.8)
+    assert gen.measured_seconds_per_round(resumed) == pytest.approx(2.8)
+    assert gen.measured_seconds_per_seed(fresh) == pytest.approx(840.0)
+    assert gen.measured_seconds_per_seed(resumed) == pytest.approx(840.0)
+    assert gen.measured_seconds_per_seed({"rounds": 300}) is None
+
 def test_readme_cost_table_adds_up():
     (cost,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if "cells not run yet" in t["header"]]
     total = cost["rows"][-1]
