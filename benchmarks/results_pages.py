@@ -1688,15 +1688,18 @@ def _usps_300_gains() -> str:
     best over rounds at 300 against the same runs' best up to round 30, and how much came after round 100
     (the best evaluation after it minus the best up to it). Empty when no method has 300-round files."""
     usps = _USPS_DOMAINS.index("usps")
+
+    def best(run: dict, keep) -> float:  # the run's best USPS evaluation among the rounds ``keep`` accepts
+        return max(row[usps] for t, row in zip(run["eval_rounds"], run["accuracy_curve"]) if keep(t))
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
     parts = []
     for label, arm in _USPS_ARMS:
         runs = [json.loads(p.read_text()) for p in sorted((RESULTS / USPS_300).glob(f"{arm}_seed*.json"))]
         if not runs:
             continue
-        def best(run, keep):
-            return max(row[usps] for t, row in zip(run["eval_rounds"], run["accuracy_curve"]) if keep(t))
-        def mean(xs):
-            return sum(xs) / len(xs)
         at_300 = mean([r["best_per_domain"][usps] for r in runs])
         at_30 = mean([best(r, lambda t: t <= 30) for r in runs])
         late_gain = mean([best(r, lambda t: t > 100) - best(r, lambda t: t <= 100) for r in runs])

@@ -450,6 +450,7 @@ def test_fedpick_files_time_only_the_rounds_their_last_process_ran():
     assert gen.measured_seconds_per_seed(resumed) == pytest.approx(840.0)
     assert gen.measured_seconds_per_seed({"rounds": 300}) is None
 
+
 def test_readme_cost_table_adds_up():
     (cost,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if "cells not run yet" in t["header"]]
     total = cost["rows"][-1]
