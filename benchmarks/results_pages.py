@@ -1692,9 +1692,7 @@ def _usps_300_gains() -> str:
     def best(run: dict, keep) -> float:  # the run's best USPS evaluation among the rounds ``keep`` accepts
         return max(row[usps] for t, row in zip(run["eval_rounds"], run["accuracy_curve"]) if keep(t))
 
-    def mean(xs: list[float]) -> float:
-        return sum(xs) / len(xs)
-
+    mean = statistics.mean
     parts = []
     for label, arm in _USPS_ARMS:
         runs = [json.loads(p.read_text()) for p in sorted((RESULTS / USPS_300).glob(f"{arm}_seed*.json"))]
