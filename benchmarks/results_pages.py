@@ -2109,6 +2109,28 @@ def machine_of(path: Path) -> str:
     return ", then ".join(f"{name} from round {s['from_round']}" for name, s in zip(names, sessions))
 
 
+def _fedpick_pace(spec: dict) -> float:
+    """CPU seconds per round of a FedPick run file's arm (NaN when no CPU run of it is timed).
+
+    The median of ``measured_seconds_per_round`` over the arm's CPU-trained benchmark files at the run
+    file's CNN width: those in the run file's own results folder when it has any, else those of the longest
+    runs, since a file's ``seconds`` include its compile, which weighs ten times more in a 30-round run than
+    in a 300-round one.
+    """
+    width = spec.get("model", {}).get("width", 1.0)
+    own_folder = (REPO / spec["out"]).resolve() if spec.get("out") else None
+    timed = []
+    for path in sorted(RESULTS.glob(f"fedpick_domains*/{spec['arm']}_seed*.json")):
+        data = json.loads(path.read_text())
+        pace = measured_seconds_per_round(data) if trained_on_cpu(data) else None
+        if pace is not None and data.get("width") == width:
+            timed.append(((path.parent.resolve() == own_folder, data["rounds"]), pace))
+    if not timed:
+        return float("nan")
+    preferred = max(rank for rank, _ in timed)
+    return statistics.median(pace for rank, pace in timed if rank == preferred)
+
+
 def cpu_estimate(run_file: str) -> dict:
     """Estimated CPU time of the run file ``benchmarks/paper/<run_file>`` (all its seeds), from measured runs.
 
@@ -2117,7 +2139,8 @@ def cpu_estimate(run_file: str) -> dict:
     evaluation: 1 + (clients / clients training per round) x (fine-tuning / local epochs) / eval_every; the
     clustered methods: k / 3), where the timed run is
     ``TIMING_REFERENCE``'s (or a stand-in's, ``TIMING_STAND_IN``). In FedCollab's label-shift setting the
-    per-round seconds are its FedAvg run's, times the method's cost relative to FedAvg above.
+    per-round seconds are its FedAvg run's, times the method's cost relative to FedAvg above. A FedPick run
+    file: seeds x rounds x its arm's pace (``_fedpick_pace``).
 
     Returns:
       ``{"seconds", "seeds" (how many), "seed_list", "rounds"}``.
@@ -2126,11 +2149,8 @@ def cpu_estimate(run_file: str) -> dict:
     algorithm = spec["algorithm"]
     seed_list = run_file_seeds(spec)
     seeds, rounds = len(seed_list), int(spec.get("rounds", 200))
-    if "arm" in spec:  # a FedPick run file: the pace of its arm's CPU runs in benchmarks/results/fedpick_domains/
-        paces = [r["seconds"] / r["rounds"] for r in (json.loads(p.read_text())
-                 for p in sorted((RESULTS / "fedpick_domains").glob(f"{spec['arm']}_seed*.json")))
-                 if r.get("jax", {}).get("backend", "cpu") == "cpu"]
-        per_round = sum(paces) / len(paces) if paces else float("nan")
+    if "arm" in spec:  # a FedPick run file
+        per_round = _fedpick_pace(spec)
         return {"seconds": seeds * rounds * per_round, "seeds": seeds, "seed_list": seed_list, "rounds": rounds}
     partition, data, config = spec.get("partition", {}), spec.get("data", {}), spec.get("config", {})
     per_round = _seconds_per_round(algorithm)
@@ -3086,7 +3106,10 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "padded to the largest, but a minibatch of padding alone is skipped), and for FedEM and the clustered "
             "methods "
             "the number of models over 3; in FedCollab's label-shift setting the FedAvg "
-            "run of `benchmarks/results/fedcollab_fmnist/` sets the seconds per round. A cell whose method trains "
+            "run of `benchmarks/results/fedcollab_fmnist/` sets the seconds per round; a FedPick cell takes the "
+            "median seconds per round of the method's CPU runs of the FedPick benchmark at the same CNN width, "
+            "those of its own run file's folder when there are any, else the longest (a file's seconds hold "
+            "its compile). A cell whose method trains "
             "exactly as another cell's (FedEM-FT as FedEM) is read from that cell's run "
             "(`benchmarks/evaluate_variant.py`), so it costs one evaluation once that run has finished: its "
             "fine-tuning of every client, as many rounds of the base run as the fine-tuning epochs over the local "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -449,6 +450,39 @@ def test_fedpick_files_time_only_the_rounds_their_last_process_ran():
     assert gen.measured_seconds_per_seed(fresh) == pytest.approx(840.0)
     assert gen.measured_seconds_per_seed(resumed) == pytest.approx(840.0)
     assert gen.measured_seconds_per_seed({"rounds": 300}) is None
+
+
+def test_fedpick_estimate_takes_its_arms_longest_cpu_runs_at_its_width(tmp_path, monkeypatch):
+    """A FedPick run file's pace: its own folder's CPU runs when it has any; else the arm's longest CPU runs
+    at the same CNN width (a 30-round file's seconds are mostly compile); never a GPU's or another width's."""
+    gen = _generator()
+    results = tmp_path / "benchmarks" / "results"
+    monkeypatch.setattr(gen, "REPO", tmp_path)
+    monkeypatch.setattr(gen, "RESULTS", results)
+    monkeypatch.setattr(gen, "RUN_FILES", tmp_path / "paper")
+    gpu = [{"from_round": 0, "backend": "gpu", "device_kind": "NVIDIA H100 80GB HBM3"}]
+    files = {"fedpick_domains/lg_fedavg_seed0.json": {"rounds": 30, "seconds": 300.0, "width": 0.125},
+             "fedpick_domains_usps_300/lg_fedavg_seed0.json": {"rounds": 300, "seconds": 600.0, "width": 0.125},
+             "fedpick_domains_usps_300/lg_fedavg_seed1.json": {"rounds": 300, "seconds": 900.0, "width": 0.125},
+             "fedpick_domains_usps_300/lg_fedavg_seed2.json": {"rounds": 300, "seconds": 960.0, "width": 0.125},
+             "fedpick_domains_gpu/lg_fedavg_seed0.json": {"rounds": 300, "seconds": 30.0, "width": 0.125,
+                                                          "sessions": gpu},
+             "fedpick_domains_width1/lg_fedavg_seed0.json": {"rounds": 30, "seconds": 3000.0, "width": 1.0}}
+    for name, data in files.items():
+        (results / name).parent.mkdir(parents=True, exist_ok=True)
+        (results / name).write_text(json.dumps(data))
+    (tmp_path / "paper" / "t").mkdir(parents=True)
+
+    def estimate(out, width):
+        (tmp_path / "paper" / "t" / "arm.toml").write_text(
+            f'arm = "lg_fedavg"\nalgorithm = "lg_fedavg"\nseeds = [0, 1]\nrounds = 300\n'
+            f'out = "benchmarks/results/{out}"\n[model]\nwidth = {width}\n')
+        return gen.cpu_estimate("t/arm.toml")["seconds"]
+
+    assert estimate("fedpick_domains_new", 0.125) == pytest.approx(2 * 300 * 3.0)  # median of 2.0, 3.0, 3.2
+    assert estimate("fedpick_domains", 0.125) == pytest.approx(2 * 300 * 10.0)  # its own folder's run
+    assert estimate("fedpick_domains_new", 1.0) == pytest.approx(2 * 300 * 100.0)
+    assert math.isnan(estimate("fedpick_domains_new", 0.5))
 
 
 def test_readme_cost_table_adds_up():
