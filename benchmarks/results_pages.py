@@ -1605,6 +1605,40 @@ def _mnist_best(folder: str, arm: str) -> list[float]:
     return [json.loads(p.read_text())["best_per_domain"][0] for p in sorted((RESULTS / folder).glob(f"{arm}_seed*.json"))]
 
 
+def _sessions(data) -> list[dict]:
+    """The processes that trained a results file's run (``sessions``; for older files, its ``jax`` entry from
+    round 0); empty when the file names none."""
+    if not isinstance(data, dict):
+        return []
+    if data.get("sessions"):
+        return data["sessions"]
+    return [{"from_round": 0, **data["jax"]}] if isinstance(data.get("jax"), dict) else []
+
+
+def trained_on_cpu(data: dict) -> bool:
+    """Whether every process that trained a results file's run was on a CPU, so that its timings are CPU
+    seconds (a file that names no machine predates the GPU runs, all of which record theirs).
+
+    >>> trained_on_cpu({"sessions": [{"from_round": 0, "backend": "gpu"}, {"from_round": 90, "backend": "cpu"}]})
+    False
+    """
+    return all(s.get("backend", "cpu") == "cpu" for s in _sessions(data))
+
+
+def _cpu_seeds(folder: str) -> str:
+    """The seeds of ``benchmarks/results/<folder>/``'s FedPick files that a CPU trained, per method, as
+    "FedAvg (2), SingleSet (0, 2)"; "no seed" when none."""
+    cpu: dict[str, list[int]] = {}
+    for path in sorted((RESULTS / folder).glob("*_seed*.json")):
+        data = json.loads(path.read_text())
+        if _sessions(data) and trained_on_cpu(data):
+            cpu.setdefault(data["arm"], []).append(data["seed"])
+    labels = dict((arm, label) for label, arm in _T2_ARMS)
+    return ", ".join(f"{labels.get(arm, arm)} ({', '.join(map(str, sorted(seeds)))})"
+                     for arm, seeds in sorted(cpu.items(), key=lambda item: list(labels).index(item[0])
+                                               if item[0] in labels else len(labels))) or "no seed"
+
+
 def _fedpick_300_note(missing: str) -> str:
     """The 300-round section's note, its numbers read from the runs' files."""
     def mean(xs: list[float]) -> float:
@@ -1620,10 +1654,13 @@ def _fedpick_300_note(missing: str) -> str:
     return (
         "The same cells as the first MNIST section above, at the paper's 300 rounds instead of 30, every other setting "
         "unchanged (run files `benchmarks/paper/fedpick/fedpick_table2_digits_300/`). These runs were made on a "
-        "lent NVIDIA H100 (each file's `jax` and `sessions` name it) by `python benchmarks/paper/campaign.py "
-        "benchmarks/paper/campaign_h100.txt`, twelve jobs at a time, and the call's deadline stopped it before "
-        f"every seed was done; seeds without results: {missing}. "
-        "`python benchmarks/paper/run_table.py fedpick/fedpick_table2_digits_300` runs them. A method with files "
+        "lent NVIDIA H100 by `python benchmarks/paper/campaign.py benchmarks/paper/campaign_h100.txt`, twelve "
+        "jobs at a time, until the call's deadline stopped it"
+        + ("" if (cpu := _cpu_seeds(long)) == "no seed" else f", except {cpu}, which the project's 2-core CPU ran")
+        + " (each file's `sessions` names its machine). "
+        + (f"Seeds without results: {missing}; `python benchmarks/paper/run_table.py "
+           "fedpick/fedpick_table2_digits_300` runs them. " if missing != "none" else "") +
+        "A method with files "
         "here is counted here, and its 30-round cell above is shown only. Ten times the rounds moves the "
         f"shared-BatchNorm methods little: **FedAvg** gains "
         f"{mean(_mnist_best(long, 'fedavg')) - mean(_mnist_best(short, 'fedavg')):.1f} points on MNIST (mean over "
@@ -1728,8 +1765,9 @@ def _fedpick_usps_300() -> tuple[Section, ...]:
         "The real-USPS cells above at the paper's 300 rounds instead of 30, every other setting unchanged (run "
         "files `benchmarks/paper/fedpick/fedpick_table2_usps_300/`, checkpointed every 50 rounds; command: "
         "`python benchmarks/paper/run_table.py fedpick/fedpick_table2_usps_300`, which runs and resumes them). "
-        "A method with files here is counted here, and its 30-round cell above is shown only; seeds without "
-        f"results: {_seeds_not_run(USPS_300, 'fedpick_table2_usps_300')}.{_usps_300_gains()}")
+        "A method with files here is counted here, and its 30-round cell above is shown only"
+        + ("" if (missing := _seeds_not_run(USPS_300, "fedpick_table2_usps_300")) == "none"
+           else f"; seeds without results: {missing}") + f".{_usps_300_gains()}")
     return (Section("Real USPS, the paper's 300 rounds: best test accuracy over rounds", best, paper_rounds=300,
                     note=note),) + ((
         Section("Real USPS, the paper's 300 rounds: final-round test accuracy", final, paper_rounds=300,
@@ -2048,26 +2086,6 @@ def measured_seconds_per_seed(data: dict) -> float | None:
 def _seconds_per_round(algorithm: str) -> float:
     algorithm = TIMING_STAND_IN.get(algorithm, algorithm)
     return measured_seconds_per_round(json.loads((RESULTS / TIMING_REFERENCE[algorithm]).read_text()))
-
-
-def _sessions(data) -> list[dict]:
-    """The processes that trained a results file's run (``sessions``; for older files, its ``jax`` entry from
-    round 0); empty when the file names none."""
-    if not isinstance(data, dict):
-        return []
-    if data.get("sessions"):
-        return data["sessions"]
-    return [{"from_round": 0, **data["jax"]}] if isinstance(data.get("jax"), dict) else []
-
-
-def trained_on_cpu(data: dict) -> bool:
-    """Whether every process that trained a results file's run was on a CPU, so that its timings are CPU
-    seconds (a file that names no machine predates the GPU runs, all of which record theirs).
-
-    >>> trained_on_cpu({"sessions": [{"from_round": 0, "backend": "gpu"}, {"from_round": 90, "backend": "cpu"}]})
-    False
-    """
-    return all(s.get("backend", "cpu") == "cpu" for s in _sessions(data))
 
 
 def _evaluated_run(path: Path, data) -> Path | None:

@@ -485,6 +485,24 @@ def test_fedpick_estimate_takes_its_arms_longest_cpu_runs_at_its_width(tmp_path,
     assert math.isnan(estimate("fedpick_domains_new", 0.5))
 
 
+def test_the_fedpick_300_note_names_the_seeds_a_cpu_trained(tmp_path, monkeypatch):
+    """The MNIST 300-round section says which seeds the CPU ran, from each file's ``sessions``, and drops the
+    clause when the GPU ran them all."""
+    gen = _generator()
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    gpu = [{"from_round": 0, "backend": "gpu", "device_kind": "NVIDIA H100 80GB HBM3"}]
+    cpu = [{"from_round": 0, "backend": "cpu", "device_kind": "cpu"}]
+    (tmp_path / "runs").mkdir()
+    for arm, seed, sessions in (("fedavg", 0, gpu), ("fedavg", 2, cpu), ("single", 2, cpu), ("single", 0, cpu),
+                                ("fedpick", 1, gpu + cpu), ("fedbn", 0, [])):
+        (tmp_path / "runs" / f"{arm}_seed{seed}.json").write_text(
+            json.dumps({"arm": arm, "seed": seed, "sessions": sessions}))
+    assert gen._cpu_seeds("runs") == "SingleSet (0, 2), FedAvg (2)"  # a run the GPU helped is not a CPU run
+    (tmp_path / "gpu_only").mkdir()
+    (tmp_path / "gpu_only" / "fedavg_seed0.json").write_text(json.dumps({"arm": "fedavg", "seed": 0, "sessions": gpu}))
+    assert gen._cpu_seeds("gpu_only") == "no seed"
+
+
 def test_readme_cost_table_adds_up():
     (cost,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if "cells not run yet" in t["header"]]
     total = cost["rows"][-1]
