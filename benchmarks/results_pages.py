@@ -1565,7 +1565,7 @@ FEDPICK_BN_DIAGNOSIS = (
 
 def _seeds_not_run(folder: str, table: str) -> str:
     """Which seeds of a FedPick table's run files have no results file in ``benchmarks/results/<folder>/``,
-    as "FedPick (0, 1, 2), FedAvg (2)"; "none" when every seed has one."""
+    as "FedPick (0, 1, 2), FedAvg (2)"; empty when every seed has one."""
     import tomllib
 
     missing = []
@@ -1573,13 +1573,13 @@ def _seeds_not_run(folder: str, table: str) -> str:
         spec = tomllib.loads(run_file.read_text())
         seeds = [k for k in spec["seeds"] if not (RESULTS / folder / f"{spec['arm']}_seed{k}.json").exists()]
         if seeds:
-            missing.append(f"{dict((arm, label) for label, arm in _T2_ARMS).get(spec['arm'], spec['arm'])} "
-                           f"({', '.join(map(str, seeds))})")
-    return ", ".join(missing) or "none"
+            missing.append(f"{_ARM_LABELS.get(spec['arm'], spec['arm'])} ({', '.join(map(str, seeds))})")
+    return ", ".join(missing)
 
 
 _T2_ARMS = (("SingleSet", "single"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"), ("FedPer", "fedper"),
             ("FedRep", "fedrep"), ("LG-FedAvg", "lg_fedavg"), ("FedBN", "fedbn"), ("FedPick", "fedpick"))
+_ARM_LABELS = {arm: label for label, arm in _T2_ARMS}  # a FedPick benchmark arm -> its row's method name
 
 
 def _rows_at_300(folder: str, table: str, arms: tuple, domains: tuple[str, ...], domain: str) -> tuple[Row, ...]:
@@ -1627,16 +1627,15 @@ def trained_on_cpu(data: dict) -> bool:
 
 def _cpu_seeds(folder: str) -> str:
     """The seeds of ``benchmarks/results/<folder>/``'s FedPick files that a CPU trained, per method, as
-    "FedAvg (2), SingleSet (0, 2)"; "no seed" when none."""
+    "SingleSet (0, 2), FedAvg (2)", in Table II's order of methods; empty when none."""
     cpu: dict[str, list[int]] = {}
     for path in sorted((RESULTS / folder).glob("*_seed*.json")):
         data = json.loads(path.read_text())
         if _sessions(data) and trained_on_cpu(data):
             cpu.setdefault(data["arm"], []).append(data["seed"])
-    labels = dict((arm, label) for label, arm in _T2_ARMS)
-    return ", ".join(f"{labels.get(arm, arm)} ({', '.join(map(str, sorted(seeds)))})"
-                     for arm, seeds in sorted(cpu.items(), key=lambda item: list(labels).index(item[0])
-                                               if item[0] in labels else len(labels))) or "no seed"
+    order = list(_ARM_LABELS) + sorted(set(cpu) - set(_ARM_LABELS))
+    return ", ".join(f"{_ARM_LABELS.get(arm, arm)} ({', '.join(map(str, sorted(cpu[arm])))})"
+                     for arm in order if arm in cpu)
 
 
 def _fedpick_300_note(missing: str) -> str:
@@ -1656,10 +1655,10 @@ def _fedpick_300_note(missing: str) -> str:
         "unchanged (run files `benchmarks/paper/fedpick/fedpick_table2_digits_300/`). These runs were made on a "
         "lent NVIDIA H100 by `python benchmarks/paper/campaign.py benchmarks/paper/campaign_h100.txt`, twelve "
         "jobs at a time, until the call's deadline stopped it"
-        + ("" if (cpu := _cpu_seeds(long)) == "no seed" else f", except {cpu}, which the project's 2-core CPU ran")
+        + (f", except {cpu}, which the project's 2-core CPU ran" if (cpu := _cpu_seeds(long)) else "")
         + " (each file's `sessions` names its machine). "
         + (f"Seeds without results: {missing}; `python benchmarks/paper/run_table.py "
-           "fedpick/fedpick_table2_digits_300` runs them. " if missing != "none" else "") +
+           "fedpick/fedpick_table2_digits_300` runs them. " if missing else "") +
         "A method with files "
         "here is counted here, and its 30-round cell above is shown only. Ten times the rounds moves the "
         f"shared-BatchNorm methods little: **FedAvg** gains "
@@ -1766,8 +1765,8 @@ def _fedpick_usps_300() -> tuple[Section, ...]:
         "files `benchmarks/paper/fedpick/fedpick_table2_usps_300/`, checkpointed every 50 rounds; command: "
         "`python benchmarks/paper/run_table.py fedpick/fedpick_table2_usps_300`, which runs and resumes them). "
         "A method with files here is counted here, and its 30-round cell above is shown only"
-        + ("" if (missing := _seeds_not_run(USPS_300, "fedpick_table2_usps_300")) == "none"
-           else f"; seeds without results: {missing}") + f".{_usps_300_gains()}")
+        + (f"; seeds without results: {missing}" if (missing := _seeds_not_run(USPS_300, "fedpick_table2_usps_300"))
+           else "") + f".{_usps_300_gains()}")
     return (Section("Real USPS, the paper's 300 rounds: best test accuracy over rounds", best, paper_rounds=300,
                     note=note),) + ((
         Section("Real USPS, the paper's 300 rounds: final-round test accuracy", final, paper_rounds=300,

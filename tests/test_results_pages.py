@@ -500,7 +500,7 @@ def test_the_fedpick_300_note_names_the_seeds_a_cpu_trained(tmp_path, monkeypatc
     assert gen._cpu_seeds("runs") == "SingleSet (0, 2), FedAvg (2)"  # a run the GPU helped is not a CPU run
     (tmp_path / "gpu_only").mkdir()
     (tmp_path / "gpu_only" / "fedavg_seed0.json").write_text(json.dumps({"arm": "fedavg", "seed": 0, "sessions": gpu}))
-    assert gen._cpu_seeds("gpu_only") == "no seed"
+    assert gen._cpu_seeds("gpu_only") == ""
 
 
 def test_readme_cost_table_adds_up():
