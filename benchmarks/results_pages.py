@@ -1566,8 +1566,6 @@ FEDPICK_BN_DIAGNOSIS = (
 def _seeds_not_run(folder: str, table: str) -> str:
     """Which seeds of a FedPick table's run files have no results file in ``benchmarks/results/<folder>/``,
     as "FedPick (0, 1, 2), FedAvg (2)"; empty when every seed has one."""
-    import tomllib
-
     missing = []
     for run_file in sorted((REPO / "benchmarks" / "paper" / "fedpick" / table).glob("*.toml")):
         spec = tomllib.loads(run_file.read_text())
@@ -1911,8 +1909,6 @@ def _recorded_command(data: dict, path: Path) -> str:
 @functools.lru_cache(maxsize=None)
 def _fedpick_run_files() -> dict[tuple[str, str], Path]:
     """(results folder, arm) -> the FedPick run file that writes it (``benchmarks/paper/fedpick/``)."""
-    import tomllib
-
     found = {}
     for run_file in sorted((REPO / "benchmarks" / "paper" / "fedpick").glob("*/*.toml")):
         table = tomllib.loads(run_file.read_text())
