@@ -1650,11 +1650,11 @@ def _fedpick_300_note(missing: str) -> str:
     prox_inverse = listed([f"{r['best_per_domain'][2]:.0f}" for r in prox])
     return (
         "The same cells as the first MNIST section above, at the paper's 300 rounds instead of 30, every other setting "
-        "unchanged (run files `benchmarks/paper/fedpick/fedpick_table2_digits_300/`). These runs were made on a "
-        "lent NVIDIA H100 by `python benchmarks/paper/campaign.py benchmarks/paper/campaign_h100.txt`, twelve "
-        "jobs at a time, until the call's deadline stopped it"
-        + (f", except {cpu}, which the project's 2-core CPU ran" if (cpu := _cpu_seeds(long)) else "")
-        + " (each file's `sessions` names its machine). "
+        "unchanged (run files `benchmarks/paper/fedpick/fedpick_table2_digits_300/`). "
+        + (f"The project's 2-core CPU ran {cpu}; a lent NVIDIA H100 ran the other seeds"
+           if (cpu := _cpu_seeds(long)) else "A lent NVIDIA H100 ran these seeds")
+        + ", by `python benchmarks/paper/campaign.py benchmarks/paper/campaign_h100.txt`, twelve jobs at a time, "
+        "until the call's deadline stopped it (each file's `sessions` names its machine). "
         + (f"Seeds without results: {missing}; `python benchmarks/paper/run_table.py "
            "fedpick/fedpick_table2_digits_300` runs them. " if missing else "") +
         "A method with files "
