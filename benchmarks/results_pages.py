@@ -1495,18 +1495,19 @@ _DOMAINS = ("mnist", "mnistm", "inverse", "rotated", "noisy")
 
 
 def _fedpick(table: str, rows: list[tuple[str, str, str | None]], mnist_note: str = "",
-             superseded_by: str | None = None) -> tuple[Section, ...]:
+             superseded_by: str | None = None, full_length: tuple[str, ...] = ()) -> tuple[Section, ...]:
     """Sections MNIST / MNIST-M / mean over our domains from (label, arm, repeat_of); ``mnist_note`` is
     added to the MNIST section's note. With ``superseded_by`` (a results folder of longer runs of these
     cells), an MNIST cell with files there is counted there instead; since one run scores every domain, the
-    longer run supersedes the shorter one's rows in every section, so its time to go is counted once."""
+    longer run supersedes the shorter one's rows in every section, so its time to go is counted once. The
+    arms in ``full_length`` already run the paper's length here and have no longer run."""
     def make(domain_index: int | None, paper_setting: str | None):
         out = []
         for label, arm, repeat in rows:
             value = "mean(best_per_domain)" if domain_index is None else f"best_per_domain[{domain_index}]"
             expect = (("domains", list(_DOMAINS)),)
             paper = None if paper_setting is None else ("FedPick", table, paper_setting, label, "best_acc_mean")
-            later = f"{superseded_by}/{arm}_seed*.json" if superseded_by else None
+            later = f"{superseded_by}/{arm}_seed*.json" if superseded_by and arm not in full_length else None
             out.append(Row(label, (f"fedpick_domains/{arm}_seed*.json",), value, paper, kind="fedpick",
                            repeat_of=repeat, expect=expect, superseded_by=later))
         return tuple(out)
@@ -1563,15 +1564,17 @@ FEDPICK_BN_DIAGNOSIS = (
     "MNIST, and on the inverted domain they rise from under 40 % to about 90 % (`best_per_domain[2]`). The gap "
     "is the BatchNorm statistics shared across domains, a choice the paper leaves open, not the rules' training.")
 
-def _seeds_not_run(folder: str, table: str) -> str:
+def _seeds_not_run(folder: str, table: str, labels: dict[str, str] | None = None) -> str:
     """Which seeds of a FedPick table's run files have no results file in ``benchmarks/results/<folder>/``,
-    as "FedPick (0, 1, 2), FedAvg (2)"; empty when every seed has one."""
+    as "FedPick (0, 1, 2), FedAvg (2)", methods named by ``labels`` (arm -> name; Table II's by default);
+    empty when every seed has one."""
+    labels = _ARM_LABELS if labels is None else labels
     missing = []
     for run_file in sorted((REPO / "benchmarks" / "paper" / "fedpick" / table).glob("*.toml")):
         spec = tomllib.loads(run_file.read_text())
         seeds = [k for k in spec["seeds"] if not (RESULTS / folder / f"{spec['arm']}_seed{k}.json").exists()]
         if seeds:
-            missing.append(f"{_ARM_LABELS.get(spec['arm'], spec['arm'])} ({', '.join(map(str, seeds))})")
+            missing.append(f"{labels.get(spec['arm'], spec['arm'])} ({', '.join(map(str, seeds))})")
     return ", ".join(missing)
 
 
@@ -1580,13 +1583,17 @@ _T2_ARMS = (("SingleSet", "single"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"
 _ARM_LABELS = {arm: label for label, arm in _T2_ARMS}  # a FedPick benchmark arm -> its row's method name
 
 
-def _rows_at_300(folder: str, table: str, arms: tuple, domains: tuple[str, ...], domain: str) -> tuple[Row, ...]:
-    """Table II's counted cells of one ``domain`` (its paper name, e.g. "MNIST") at the paper's 300 rounds:
-    each arm's files in ``benchmarks/results/<folder>/``, run file ``fedpick/<table>/<arm>.toml``."""
+def _rows_at_300(folder: str, table: str, arms: tuple, domains: tuple[str, ...], domain: str,
+                 paper_table: str = "II", repeat_of: str | None = None) -> tuple[Row, ...]:
+    """The cells of one ``domain`` (its paper name, e.g. "MNIST") at the paper's 300 rounds, against the
+    paper's Table ``paper_table``: each arm's files in ``benchmarks/results/<folder>/``, run file
+    ``fedpick/<table>/<arm>.toml``; ``repeat_of`` names the page that counts them when they are shown here
+    only."""
     index = [d.lower() for d in domains].index(domain.lower())
     return tuple(Row(label, (f"{folder}/{arm}_seed*.json",), f"best_per_domain[{index}]",
-                     ("FedPick", "II", f"Digits5/{domain}", label, "best_acc_mean"), kind="fedpick",
-                     expect=(("domains", list(domains)), ("rounds", 300)), run_file=f"fedpick/{table}/{arm}.toml")
+                     ("FedPick", paper_table, f"Digits5/{domain}", label, "best_acc_mean"), kind="fedpick",
+                     expect=(("domains", list(domains)), ("rounds", 300)), run_file=f"fedpick/{table}/{arm}.toml",
+                     repeat_of=repeat_of)
                  for label, arm in arms)
 
 
@@ -1623,17 +1630,17 @@ def trained_on_cpu(data: dict) -> bool:
     return all(s.get("backend", "cpu") == "cpu" for s in _sessions(data))
 
 
-def _cpu_seeds(folder: str) -> str:
-    """The seeds of ``benchmarks/results/<folder>/``'s FedPick files that a CPU trained, per method, as
-    "SingleSet (0, 2), FedAvg (2)", in Table II's order of methods; empty when none."""
+def _cpu_seeds(folder: str, labels: dict[str, str] = _ARM_LABELS) -> str:
+    """The seeds of ``benchmarks/results/<folder>/``'s FedPick files of the arms in ``labels`` (arm -> method
+    name; Table II's by default) that a CPU trained, per method, as "SingleSet (0, 2), FedAvg (2)", in the
+    order of ``labels``; empty when none."""
     cpu: dict[str, list[int]] = {}
     for path in sorted((RESULTS / folder).glob("*_seed*.json")):
         data = json.loads(path.read_text())
-        if _sessions(data) and trained_on_cpu(data):
+        if data.get("arm") in labels and _sessions(data) and trained_on_cpu(data):
             cpu.setdefault(data["arm"], []).append(data["seed"])
-    order = list(_ARM_LABELS) + sorted(set(cpu) - set(_ARM_LABELS))
-    return ", ".join(f"{_ARM_LABELS.get(arm, arm)} ({', '.join(map(str, sorted(cpu[arm])))})"
-                     for arm in order if arm in cpu)
+    return ", ".join(f"{label} ({', '.join(map(str, sorted(cpu[arm])))})"
+                     for arm, label in labels.items() if arm in cpu)
 
 
 def _fedpick_300_note(missing: str) -> str:
@@ -1854,6 +1861,33 @@ WO_LCE_DIAGNOSIS = (
     "are added to the prediction from the first round, so the ensemble starts noisy and catches up slowly. "
     "The 300-round run measures that truncation: the cell above is its result.")
 
+# Table IV's ablations that ran 30 rounds, in the paper's order (w/o L_lce already ran its 300).
+_T4_ARMS_30 = (("w/o L_ent", "wo_ent"), ("w/o L_dis", "wo_dis"), ("Soft Mask", "soft_mask"),
+               ("Share BN", "share_bn"), ("Share PFSM", "share_pfsm"), ("w/o Ensemble", "wo_ensemble"))
+
+
+def _fedpick_table4_300() -> tuple[Section, ...]:
+    """Table IV's MNIST column at the paper's 300 rounds (``fedpick_domains_300/``, run files
+    ``fedpick_table4_digits_300/``): an ablation is counted here once it has files, in place of its 30-round
+    cell; FedPick and w/o PFSM (FedBN) are Table II's 300-round runs, shown for the ordering."""
+    folder, table = "fedpick_domains_300", "fedpick_table4_digits_300"
+    repeats = _rows_at_300(folder, "fedpick_table2_digits_300", (("FedPick", "fedpick"), ("w/o PFSM", "fedbn")),
+                           _DOMAINS, "MNIST", paper_table="IV", repeat_of="fedpick_table2.md")
+    ablations = _rows_at_300(folder, table, _T4_ARMS_30, _DOMAINS, "MNIST", paper_table="IV")
+    labels = {arm: label for label, arm in _T4_ARMS_30}
+    missing, cpu = _seeds_not_run(folder, table, labels), _cpu_seeds(folder, labels)
+    note = ("The ablations of the MNIST section above at the paper's 300 rounds instead of 30, every other "
+            "setting unchanged (run files `benchmarks/paper/fedpick/fedpick_table4_digits_300/`, checkpointed "
+            "every 50 rounds; command: `python benchmarks/paper/run_table.py fedpick/fedpick_table4_digits_300`, "
+            "which runs and resumes them). An ablation with files here is counted here, and its 30-round cell "
+            "above is shown only. w/o L_lce ran the paper's 300 rounds from the start and is counted above. "
+            "FedPick and w/o PFSM are Table II's 300-round cells (`fedpick_table2.md`, section \"MNIST, the "
+            "paper's 300 rounds\"), shown for the ordering."
+            + (f" Seeds a CPU ran: {cpu}." if cpu else "")
+            + (f" Seeds without results: {missing}." if missing else ""))
+    return (Section("MNIST, the paper's 300 rounds", repeats + ablations, paper_rounds=300, note=note),)
+
+
 FEDPICK_TABLE4 = Page(
     slug="fedpick_table4",
     title="FedPick, Table IV: ablation on cross-domain digits",
@@ -1861,10 +1895,9 @@ FEDPICK_TABLE4 = Page(
     data="offline stand-in domains (MNIST is real MNIST)",
     intro=_PICK_INTRO + " FedPick without PFSM is FedBN.",
     sections=_fedpick("IV", [("FedPick", "fedpick", "fedpick_table2.md"), ("w/o PFSM", "fedbn", "fedpick_table2.md"),
-                             ("w/o L_lce", "wo_lce", None), ("w/o L_ent", "wo_ent", None),
-                             ("w/o L_dis", "wo_dis", None), ("Soft Mask", "soft_mask", None),
-                             ("Share BN", "share_bn", None), ("Share PFSM", "share_pfsm", None),
-                             ("w/o Ensemble", "wo_ensemble", None)], mnist_note=WO_LCE_DIAGNOSIS),
+                             ("w/o L_lce", "wo_lce", None)] + [(label, arm, None) for label, arm in _T4_ARMS_30],
+                      mnist_note=WO_LCE_DIAGNOSIS, superseded_by="fedpick_domains_300", full_length=("wo_lce",))
+    + _fedpick_table4_300(),
 )
 
 PAGES = (FEDPAC_TABLE1, FEDPAC_TABLE2, FEDPAC_TABLE3, FEDPAC_TABLE4, FEDPAC_TABLE5, FEDPAC_TABLE6, FEDPAC_TABLE8,

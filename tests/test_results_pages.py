@@ -498,6 +498,10 @@ def test_the_fedpick_300_note_names_the_seeds_a_cpu_trained(tmp_path, monkeypatc
         (tmp_path / "runs" / f"{arm}_seed{seed}.json").write_text(
             json.dumps({"arm": arm, "seed": seed, "sessions": sessions}))
     assert gen._cpu_seeds("runs") == "SingleSet (0, 2), FedAvg (2)"  # a run the GPU helped is not a CPU run
+    # Another table's arm in the same folder is named only by that table's labels.
+    (tmp_path / "runs" / "wo_ent_seed1.json").write_text(json.dumps({"arm": "wo_ent", "seed": 1, "sessions": cpu}))
+    assert gen._cpu_seeds("runs") == "SingleSet (0, 2), FedAvg (2)"
+    assert gen._cpu_seeds("runs", {"wo_ent": "w/o L_ent", "fedavg": "FedAvg"}) == "w/o L_ent (1), FedAvg (2)"
     (tmp_path / "gpu_only").mkdir()
     (tmp_path / "gpu_only" / "fedavg_seed0.json").write_text(json.dumps({"arm": "fedavg", "seed": 0, "sessions": gpu}))
     assert gen._cpu_seeds("gpu_only") == ""
@@ -671,6 +675,27 @@ def test_a_fedpick_run_at_the_paper_length_supersedes_the_short_run_in_every_dom
         assert gen.unfinished(cells)["cells"] == 0, section.title
         for cell in cells:
             assert cell.to_go is None and "of CPU to reach" not in cell.status, (section.title, cell.row.label)
+
+
+def test_table4_ablations_are_superseded_by_their_300_round_runs_but_w_o_lce_is_not():
+    """Table IV's 30-round ablations point at their 300-round runs (``fedpick_table4_digits_300/``), and its
+    FedPick and w/o PFSM rows at Table II's, so no section counts the 30-round runs' time to 300 rounds; w/o
+    L_lce ran 300 rounds from the start, has no later run, and so stays in the projection of cells not run."""
+    gen = _generator()
+    mnist = next(s for s in gen.FEDPICK_TABLE4.sections if s.title == "MNIST")
+    later = {r.method: r.superseded_by for r in mnist.rows}
+    assert later.pop("w/o L_lce") is None
+    assert later == {label: f"fedpick_domains_300/{arm}_seed*.json" for label, arm in
+                     [("FedPick", "fedpick"), ("w/o PFSM", "fedbn")] + list(gen._T4_ARMS_30)}
+    cells, _ = gen.read_section(mnist, gen.paper_numbers(), [])
+    assert gen.unfinished(cells)["cells"] == 0
+    (long,) = [s for s in gen.FEDPICK_TABLE4.sections if s.title == "MNIST, the paper's 300 rounds"]
+    for row in long.rows:
+        table = "fedpick_table2_digits_300" if row.repeat_of else "fedpick_table4_digits_300"
+        arm = row.files[0].split("/")[1].removesuffix("_seed*.json")
+        assert row.run_file == f"fedpick/{table}/{arm}.toml" and row.paper[1] == "IV"
+        assert (REPO / "benchmarks" / "paper" / row.run_file).is_file()
+    assert [r.method for r in long.rows if r.repeat_of] == ["FedPick", "w/o PFSM"]
 
 
 def test_readme_headline_scoreboard_is_current():
