@@ -698,6 +698,23 @@ def test_table4_ablations_are_superseded_by_their_300_round_runs_but_w_o_lce_is_
     assert [r.method for r in long.rows if r.repeat_of] == ["FedPick", "w/o PFSM"]
 
 
+def test_the_t6_pfedhn_note_splits_the_cells_gap_into_table1s_and_the_move_between_tables():
+    """Table 6's pFedHN note: its Table 1 gap and the two pFedHNs' moves from Table 1 add up to the cell's gap,
+    each read back from the results files and the paper's numbers."""
+    gen = _generator()
+    text = (DOCS / "fedpac_table6.md").read_text()
+    ours, paper = gen._mean_final("table6_fmnist/pfedhn"), gen.paper_numbers()
+    here = paper[("FedPAC", "6", gen.T6_SETTING, "pFedHN", "acc")]
+    if abs(ours - here) <= gen.FAR:
+        assert "**pFedHN** ends" not in text
+        return
+    parts = re.search(r"so of the gap here, ([+-][\d.]+) is Table 1's and ([+-][\d.]+) the two pFedHNs", text)
+    there = gen._mean_final("table1_fmnist/pfedhn") - paper[("FedPAC", "1", gen.FMNIST20, "pFedHN", "acc")]
+    assert float(parts.group(1)) == round(there, 2)
+    assert abs(float(parts.group(1)) + float(parts.group(2)) - (ours - here)) < 0.011
+    assert f"**pFedHN** ends {abs(ours - here):.2f} points above the paper" in text
+
+
 def test_readme_headline_scoreboard_is_current():
     """The README's one-line scoreboard repeats the total row of docs/results/README.md."""
     line = re.search(r"\| every paper cell run so far \| (\d+) of (\d+) within 1\.5 points \|",
