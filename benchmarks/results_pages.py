@@ -1598,16 +1598,17 @@ FEDPICK_BN_DIAGNOSIS = (
 
 def _seeds_not_run(folder: str, table: str, labels: dict[str, str] | None = None) -> str:
     """Which seeds of a FedPick table's run files have no results file in ``benchmarks/results/<folder>/``,
-    as "FedPick (0, 1, 2), FedAvg (2)", methods named by ``labels`` (arm -> name; Table II's by default);
-    empty when every seed has one."""
+    as "FedAvg (2), FedPick (0, 1, 2)", methods named by ``labels`` (arm -> name; Table II's by default) and
+    in their order; empty when every seed has one."""
     labels = _ARM_LABELS if labels is None else labels
-    missing = []
-    for run_file in sorted((REPO / "benchmarks" / "paper" / "fedpick" / table).glob("*.toml")):
+    missing = {}
+    for run_file in (REPO / "benchmarks" / "paper" / "fedpick" / table).glob("*.toml"):
         spec = tomllib.loads(run_file.read_text())
         seeds = [k for k in spec["seeds"] if not (RESULTS / folder / f"{spec['arm']}_seed{k}.json").exists()]
         if seeds:
-            missing.append(f"{labels.get(spec['arm'], spec['arm'])} ({', '.join(map(str, seeds))})")
-    return ", ".join(missing)
+            missing[spec["arm"]] = seeds
+    order = [arm for arm in labels if arm in missing] + sorted(set(missing) - set(labels))
+    return ", ".join(f"{labels.get(arm, arm)} ({', '.join(map(str, missing[arm]))})" for arm in order)
 
 
 _T2_ARMS = (("SingleSet", "single"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"), ("FedPer", "fedper"),

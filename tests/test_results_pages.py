@@ -715,6 +715,21 @@ def test_the_t6_pfedhn_note_splits_the_cells_gap_into_table1s_and_the_move_betwe
     assert f"**pFedHN** ends {abs(ours - here):.2f} points above the paper" in text
 
 
+def test_seeds_not_run_follow_the_tables_order_of_methods(tmp_path, monkeypatch):
+    """A FedPick section's list of seeds without results names its methods in the table's order, not the run
+    files' alphabetical one, and leaves out the seeds whose files exist."""
+    gen = _generator()
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "fedavg_seed1.json").write_text("{}")
+    table2 = gen._seeds_not_run("runs", "fedpick_table2_digits_300")
+    assert table2.startswith("SingleSet (0, 1, 2), FedAvg (0, 2), FedProx (0, 1, 2), FedPer")
+    assert table2.endswith("FedBN (0, 1, 2), FedPick (0, 1, 2)")
+    labels = {arm: label for label, arm in gen._T4_ARMS_30}
+    assert gen._seeds_not_run("runs", "fedpick_table4_digits_300", labels) == ", ".join(
+        f"{label} (0, 1)" for label, _ in gen._T4_ARMS_30)
+
+
 def test_readme_headline_scoreboard_is_current():
     """The README's one-line scoreboard repeats the total row of docs/results/README.md."""
     line = re.search(r"\| every paper cell run so far \| (\d+) of (\d+) within 1\.5 points \|",
