@@ -1596,11 +1596,15 @@ FEDPICK_BN_DIAGNOSIS = (
     "MNIST, and on the inverted domain they rise from under 40 % to about 90 % (`best_per_domain[2]`). The gap "
     "is the BatchNorm statistics shared across domains, a choice the paper leaves open, not the rules' training.")
 
-def _seeds_not_run(folder: str, table: str, labels: dict[str, str] | None = None) -> str:
+_T2_ARMS = (("SingleSet", "single"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"), ("FedPer", "fedper"),
+            ("FedRep", "fedrep"), ("LG-FedAvg", "lg_fedavg"), ("FedBN", "fedbn"), ("FedPick", "fedpick"))
+_ARM_LABELS = {arm: label for label, arm in _T2_ARMS}  # a FedPick benchmark arm -> its row's method name
+
+
+def _seeds_not_run(folder: str, table: str, labels: dict[str, str] = _ARM_LABELS) -> str:
     """Which seeds of a FedPick table's run files have no results file in ``benchmarks/results/<folder>/``,
     as "FedAvg (2), FedPick (0, 1, 2)", methods named by ``labels`` (arm -> name; Table II's by default) and
     in their order; empty when every seed has one."""
-    labels = _ARM_LABELS if labels is None else labels
     missing = {}
     for run_file in (REPO / "benchmarks" / "paper" / "fedpick" / table).glob("*.toml"):
         spec = tomllib.loads(run_file.read_text())
@@ -1609,11 +1613,6 @@ def _seeds_not_run(folder: str, table: str, labels: dict[str, str] | None = None
             missing[spec["arm"]] = seeds
     order = [arm for arm in labels if arm in missing] + sorted(set(missing) - set(labels))
     return ", ".join(f"{labels.get(arm, arm)} ({', '.join(map(str, missing[arm]))})" for arm in order)
-
-
-_T2_ARMS = (("SingleSet", "single"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"), ("FedPer", "fedper"),
-            ("FedRep", "fedrep"), ("LG-FedAvg", "lg_fedavg"), ("FedBN", "fedbn"), ("FedPick", "fedpick"))
-_ARM_LABELS = {arm: label for label, arm in _T2_ARMS}  # a FedPick benchmark arm -> its row's method name
 
 
 def _rows_at_300(folder: str, table: str, arms: tuple, domains: tuple[str, ...], domain: str,
