@@ -1005,7 +1005,7 @@ def _pfedhn_t6_note() -> str:
     moves, our_moves = _moves_from_20_clients("6", T6_SETTING, "table6_fmnist", T6_ELSEWHERE)
     move, our_move = moves.pop("pFedHN"), our_moves.pop("pFedHN")
     curve, curve_there = (_seeds_curve(_finished_runs(c)) for c in ("table6_fmnist/pfedhn", there_cell))
-    ahead = [curve[r] - curve_there[r] for r in sorted(set(curve) & set(curve_there))]
+    ahead = [curve[r] - curve_there[r] for r in set(curve) & set(curve_there)]
     side = "above" if ours > here else "under"
     return (
         f"**pFedHN** ends {abs(ours - here):.2f} points {side} the paper after the full 200 rounds. It runs the "
@@ -1524,6 +1524,16 @@ FEDCOLLAB_TABLE3 = Page(
 )
 
 _DOMAINS = ("mnist", "mnistm", "inverse", "rotated", "noisy")
+DIGITS_300 = "fedpick_domains_300"  # the results folder of the runs on these domains at the paper's 300 rounds
+
+
+def _runs_at_300(table: str, cells: str) -> str:
+    """The 300-round sections' shared words: the run files of ``fedpick/<table>/`` and the command that runs
+    them (closing the bracket the caller opened), then that ``cells`` ("A method") with files there are
+    counted there."""
+    return (f"run files `benchmarks/paper/fedpick/{table}/`, checkpointed every 50 rounds; command: "
+            f"`python benchmarks/paper/run_table.py fedpick/{table}`, which runs and resumes them). "
+            f"{cells} with files here is counted here, and its 30-round cell above is shown only")
 
 
 def _fedpick(table: str, rows: list[tuple[str, str, str | None]], mnist_note: str = "",
@@ -1632,9 +1642,9 @@ def _rows_at_300(folder: str, table: str, arms: tuple, domains: tuple[str, ...],
 def _fedpick_300() -> tuple[Section, ...]:
     """Table II's MNIST column at the paper's 300 rounds (``fedpick_domains_300/``): counted where it has files,
     in place of the 30-round cell of the same method."""
-    rows = _rows_at_300("fedpick_domains_300", "fedpick_table2_digits_300", _T2_ARMS, _DOMAINS, "MNIST")
+    rows = _rows_at_300(DIGITS_300, "fedpick_table2_digits_300", _T2_ARMS, _DOMAINS, "MNIST")
     return (Section("MNIST, the paper's 300 rounds", rows, paper_rounds=300,
-                    note=_fedpick_300_note(_seeds_not_run("fedpick_domains_300", "fedpick_table2_digits_300"))),)
+                    note=_fedpick_300_note(_seeds_not_run(DIGITS_300, "fedpick_table2_digits_300"))),)
 
 
 def _mnist_best(folder: str, arm: str) -> list[float]:
@@ -1680,7 +1690,7 @@ def _fedpick_300_note(missing: str) -> str:
     def mean(xs: list[float]) -> float:
         return sum(xs) / len(xs) if xs else float("nan")
 
-    long, short = "fedpick_domains_300", "fedpick_domains"
+    long, short = DIGITS_300, "fedpick_domains"
     prox = [json.loads(p.read_text()) for p in sorted((RESULTS / long).glob("fedprox_seed*.json"))]
     def listed(values: list[str]) -> str:  # "a and b", "a, b and c"
         return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
@@ -1798,10 +1808,8 @@ def _fedpick_usps_300() -> tuple[Section, ...]:
     final = tuple(Row(row.method, row.files, f"final_per_domain[{_USPS_DOMAINS.index('usps')}]", None,
                       kind="fedpick", expect=row.expect) for row in best if any(RESULTS.glob(row.files[0])))
     note = (
-        "The real-USPS cells above at the paper's 300 rounds instead of 30, every other setting unchanged (run "
-        "files `benchmarks/paper/fedpick/fedpick_table2_usps_300/`, checkpointed every 50 rounds; command: "
-        "`python benchmarks/paper/run_table.py fedpick/fedpick_table2_usps_300`, which runs and resumes them). "
-        "A method with files here is counted here, and its 30-round cell above is shown only"
+        "The real-USPS cells above at the paper's 300 rounds instead of 30, every other setting unchanged ("
+        + _runs_at_300("fedpick_table2_usps_300", "A method")
         + (f"; seeds without results: {missing}" if (missing := _seeds_not_run(USPS_300, "fedpick_table2_usps_300"))
            else "") + f".{_usps_300_gains()}")
     return (Section("Real USPS, the paper's 300 rounds: best test accuracy over rounds", best, paper_rounds=300,
@@ -1867,7 +1875,7 @@ FEDPICK_TABLE2 = Page(
     data="offline stand-in domains (MNIST is real MNIST)",
     intro=_PICK_INTRO,
     sections=_fedpick("II", [(label, arm, None) for label, arm in _T2_ARMS],
-                      mnist_note=FEDPICK_T2_MNIST_DIAGNOSIS, superseded_by="fedpick_domains_300")
+                      mnist_note=FEDPICK_T2_MNIST_DIAGNOSIS, superseded_by=DIGITS_300)
     + _fedpick_300() + _fedpick_bn_check()
     + _fedpick_usps() + _fedpick_usps_300() + _fedpick_width1(),
 )
@@ -1902,17 +1910,15 @@ def _fedpick_table4_300() -> tuple[Section, ...]:
     """Table IV's MNIST column at the paper's 300 rounds (``fedpick_domains_300/``, run files
     ``fedpick_table4_digits_300/``): an ablation is counted here once it has files, in place of its 30-round
     cell; FedPick and w/o PFSM (FedBN) are Table II's 300-round runs, shown for the ordering."""
-    folder, table = "fedpick_domains_300", "fedpick_table4_digits_300"
+    folder, table = DIGITS_300, "fedpick_table4_digits_300"
     repeats = _rows_at_300(folder, "fedpick_table2_digits_300", (("FedPick", "fedpick"), ("w/o PFSM", "fedbn")),
                            _DOMAINS, "MNIST", paper_table="IV", repeat_of="fedpick_table2.md")
     ablations = _rows_at_300(folder, table, _T4_ARMS_30, _DOMAINS, "MNIST", paper_table="IV")
     labels = {arm: label for label, arm in _T4_ARMS_30}
     missing, cpu = _seeds_not_run(folder, table, labels), _cpu_seeds(folder, labels)
     note = ("The ablations of the MNIST section above at the paper's 300 rounds instead of 30, every other "
-            "setting unchanged (run files `benchmarks/paper/fedpick/fedpick_table4_digits_300/`, checkpointed "
-            "every 50 rounds; command: `python benchmarks/paper/run_table.py fedpick/fedpick_table4_digits_300`, "
-            "which runs and resumes them). An ablation with files here is counted here, and its 30-round cell "
-            "above is shown only. w/o L_lce ran the paper's 300 rounds from the start and is counted above. "
+            "setting unchanged (" + _runs_at_300(table, "An ablation") + ". w/o L_lce ran the paper's 300 "
+            "rounds from the start and is counted above. "
             "FedPick and w/o PFSM are Table II's 300-round cells (`fedpick_table2.md`, section \"MNIST, the "
             "paper's 300 rounds\"), shown for the ordering."
             + (f" Seeds a CPU ran: {cpu}." if cpu else "")
@@ -1928,7 +1934,7 @@ FEDPICK_TABLE4 = Page(
     intro=_PICK_INTRO + " FedPick without PFSM is FedBN.",
     sections=_fedpick("IV", [("FedPick", "fedpick", "fedpick_table2.md"), ("w/o PFSM", "fedbn", "fedpick_table2.md"),
                              ("w/o L_lce", "wo_lce", None)] + [(label, arm, None) for label, arm in _T4_ARMS_30],
-                      mnist_note=WO_LCE_DIAGNOSIS, superseded_by="fedpick_domains_300", full_length=("wo_lce",))
+                      mnist_note=WO_LCE_DIAGNOSIS, superseded_by=DIGITS_300, full_length=("wo_lce",))
     + _fedpick_table4_300(),
 )
 
