@@ -1851,6 +1851,25 @@ def _fedpick_width1() -> tuple[Section, ...]:
     return tuple(sections)
 
 
+WIDTH1_300 = "fedpick_domains_width1_300"  # the width-1 runs at the paper's 300 rounds
+
+
+def _fedpick_width1_300() -> tuple[Section, ...]:
+    """Diagnosis section: the width-1 CNN at the paper's 300 rounds (``WIDTH1_300``), on USPS, best over
+    rounds; its cells show their run files and CPU estimate until a machine runs them."""
+    rows = _rows_at_300(WIDTH1_300, "fedpick_table2_usps_width1_300", (("FedPick", "fedpick"), ("FedBN", "fedbn")),
+                        _USPS_DOMAINS, "USPS")
+    note = ("The width-1 runs of the sections above at the paper's 300 rounds, every other setting unchanged "
+            "(seed 0, 2000 test images per domain; run files `benchmarks/paper/fedpick/fedpick_table2_usps_width1_300/`, "
+            "checkpointed every 25 rounds; command: `python benchmarks/paper/run_table.py "
+            "fedpick/fedpick_table2_usps_width1_300`, which runs and resumes them). Together they measure how much "
+            "of the 300-round USPS gap at width 0.125 the paper's model width closes. Their estimate is the "
+            "30-round width-1 runs' CPU pace, so they are jobs for a lent GPU (`benchmarks/paper/campaign_h100.txt`).")
+    return (Section("Real USPS: the paper's width-1 CNN at 300 rounds (seed 0)", rows, paper_rounds=300,
+                    counted=False, diagnosis=True,
+                    why_not="a diagnosis of the width: one seed, 2000 test images per domain", note=note),)
+
+
 def _fedpick_bn_check() -> tuple[Section, ...]:
     """The diagnosis of FedPer's and FedRep's MNIST cells: each beside the same rule with the encoder's
     BatchNorm kept local (``benchmarks/fedpick_domains.py``'s diagnosis arms)."""
@@ -1877,7 +1896,7 @@ FEDPICK_TABLE2 = Page(
     sections=_fedpick("II", [(label, arm, None) for label, arm in _T2_ARMS],
                       mnist_note=FEDPICK_T2_MNIST_DIAGNOSIS, superseded_by=DIGITS_300)
     + _fedpick_300() + _fedpick_bn_check()
-    + _fedpick_usps() + _fedpick_usps_300() + _fedpick_width1(),
+    + _fedpick_usps() + _fedpick_usps_300() + _fedpick_width1() + _fedpick_width1_300(),
 )
 
 def _wo_lce_at_round(limit: int) -> str:

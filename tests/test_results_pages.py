@@ -1353,3 +1353,32 @@ def test_table10_angles_note_compares_each_method_with_itself_at_our_angles(monk
     note = gen._t10_angles_note()
     assert "so the late fall is not the angles' doing" in note
     assert "these angles close part of FedPAC's gap, not all of it" in note
+
+
+def test_the_width1_cnn_at_300_rounds_is_a_diagnosis_timed_at_the_width1_pace():
+    """The width-1 CNN's 300-round cells on the real-USPS domains are shown with their run files and left out
+    of the scoreboard; until they have results, each is estimated at its arm's width-1 CPU pace (seconds per
+    round of the 30-round width-1 files), not at the much cheaper width-0.125 pace."""
+    import tomllib
+
+    gen = _generator()
+    page = (DOCS / "fedpick_table2.md").read_text()
+    (part,) = [p for p in page.split("\n## ") if p.startswith("Real USPS: the paper's width-1 CNN at 300 rounds")]
+    assert gen.DIAGNOSIS_MARK in part
+    (table,) = [t for t in parse_tables(part) if t["header"][0] == "method"]
+    assert [row["method"] for row in table["rows"]] == ["FedPick", "FedBN"]
+    for row, arm in zip(table["rows"], ("fedpick", "fedbn")):
+        assert row["counted"] == "no"
+        run_file = f"fedpick/fedpick_table2_usps_width1_300/{arm}.toml"
+        spec = tomllib.loads((REPO / "benchmarks" / "paper" / run_file).read_text())
+        assert (spec["rounds"], spec["model"]["width"], spec["seeds"]) == (300, 1.0, [0])
+        if row["ours"] != DASH:
+            continue
+        paces = [gen.measured_seconds_per_round(data)
+                 for path in sorted((REPO / "benchmarks" / "results" / "fedpick_domains_width1").glob(f"{arm}_seed*.json"))
+                 if (data := json.loads(path.read_text()))["width"] == 1.0]
+        assert paces, f"no width-1 run of {arm} to time its 300-round cell by"
+        assert f"about {gen.fmt_duration(300 * statistics.median(paces))} of CPU" in row["status"]
+        narrow = tomllib.loads((REPO / "benchmarks" / "paper" / "fedpick" / "fedpick_table2_usps_300" / f"{arm}.toml").read_text())
+        assert gen.cpu_estimate(run_file)["seconds"] > 2 * gen.cpu_estimate(
+            f"fedpick/fedpick_table2_usps_300/{arm}.toml")["seconds"] / len(narrow["seeds"])
