@@ -1376,7 +1376,7 @@ def test_the_width1_cnn_at_300_rounds_is_a_diagnosis_timed_at_the_width1_pace():
             continue
         paces = [gen.measured_seconds_per_round(data)
                  for path in sorted((REPO / "benchmarks" / "results" / "fedpick_domains_width1").glob(f"{arm}_seed*.json"))
-                 if (data := json.loads(path.read_text()))["width"] == 1.0]
+                 if (data := json.loads(path.read_text()))["width"] == 1.0 and gen.trained_on_cpu(data)]
         assert paces, f"no width-1 run of {arm} to time its 300-round cell by"
         assert f"about {gen.fmt_duration(300 * statistics.median(paces))} of CPU" in row["status"]
         narrow = tomllib.loads((REPO / "benchmarks" / "paper" / "fedpick" / "fedpick_table2_usps_300" / f"{arm}.toml").read_text())
