@@ -1527,13 +1527,21 @@ _DOMAINS = ("mnist", "mnistm", "inverse", "rotated", "noisy")
 DIGITS_300 = "fedpick_domains_300"  # the results folder of the runs on these domains at the paper's 300 rounds
 
 
+def _run_files_and_command(table: str) -> str:
+    """The run files of ``fedpick/<table>/``, how often they checkpoint (read from them) and the command that
+    runs them, closing the bracket the caller opened."""
+    every = {tomllib.loads(p.read_text())["checkpoint_every"] for p in (RUN_FILES / "fedpick" / table).glob("*.toml")}
+    if len(every) != 1:
+        raise ValueError(f"fedpick/{table}: run files checkpoint at different intervals {sorted(every)}")
+    return (f"run files `benchmarks/paper/fedpick/{table}/`, checkpointed every {every.pop()} rounds; command: "
+            f"`python benchmarks/paper/run_table.py fedpick/{table}`, which runs and resumes them)")
+
+
 def _runs_at_300(table: str, cells: str) -> str:
-    """The 300-round sections' shared words: the run files of ``fedpick/<table>/`` and the command that runs
-    them (closing the bracket the caller opened), then that ``cells`` ("A method") with files there are
-    counted there."""
-    return (f"run files `benchmarks/paper/fedpick/{table}/`, checkpointed every 50 rounds; command: "
-            f"`python benchmarks/paper/run_table.py fedpick/{table}`, which runs and resumes them). "
-            f"{cells} with files here is counted here, and its 30-round cell above is shown only")
+    """The 300-round sections' shared words: :func:`_run_files_and_command`, then that ``cells`` ("A method")
+    with files there are counted there."""
+    return (_run_files_and_command(table)
+            + f". {cells} with files here is counted here, and its 30-round cell above is shown only")
 
 
 def _fedpick(table: str, rows: list[tuple[str, str, str | None]], mnist_note: str = "",
@@ -1860,9 +1868,8 @@ def _fedpick_width1_300() -> tuple[Section, ...]:
     rows = _rows_at_300(WIDTH1_300, "fedpick_table2_usps_width1_300", (("FedPick", "fedpick"), ("FedBN", "fedbn")),
                         _USPS_DOMAINS, "USPS")
     note = ("The width-1 runs of the sections above at the paper's 300 rounds, every other setting unchanged "
-            "(seed 0, 2000 test images per domain; run files `benchmarks/paper/fedpick/fedpick_table2_usps_width1_300/`, "
-            "checkpointed every 25 rounds; command: `python benchmarks/paper/run_table.py "
-            "fedpick/fedpick_table2_usps_width1_300`, which runs and resumes them). Together they measure how much "
+            "(seed 0, 2000 test images per domain; " + _run_files_and_command("fedpick_table2_usps_width1_300")
+            + ". Together they measure how much "
             "of the 300-round USPS gap at width 0.125 the paper's model width closes. Their estimate is the "
             "30-round width-1 runs' CPU pace, so they are jobs for a lent GPU (`benchmarks/paper/campaign_h100.txt`).")
     return (Section("Real USPS: the paper's width-1 CNN at 300 rounds (seed 0)", rows, paper_rounds=300,
