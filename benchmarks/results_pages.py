@@ -2293,6 +2293,9 @@ def cpu_estimate(run_file: str) -> dict:
     return {"seconds": seeds * rounds * per_round, "seeds": seeds, "seed_list": seed_list, "rounds": rounds}
 
 
+NO_SHORTER_RUNS = "None: every counted cell's runs went as many rounds as the paper's."
+
+
 def fmt_duration(seconds: float) -> str:
     hours = seconds / 3600
     return f"{hours:.1f} h" if hours >= 1 else f"{max(1, round(seconds / 60))} min"
@@ -3257,10 +3260,13 @@ def render_readme(rendered: list[RenderedPage]) -> str:
         all_runs.update(m["runs"])
         short_rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", str(m["cells"]), str(m["estimated"]),
                            fmt_duration(m["seconds"])])
-    short_rows.append(["**all pages**", str(total["cells"]), str(total["estimated"]),
-                       fmt_duration(sum(all_runs.values()))])
-    out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's length "
-                  "(estimate)"], short_rows)
+    if short_rows:
+        short_rows.append(["**all pages**", str(total["cells"]), str(total["estimated"]),
+                           fmt_duration(sum(all_runs.values()))])
+        out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's "
+                      "length (estimate)"], short_rows)
+    else:
+        out.append(NO_SHORTER_RUNS)
     # Each run once: diagnosis sections (which repeat or vary the counted cells), a cell repeated from another
     # page, and another section's view of the same runs (the FedCollab page's large and small clients) are left out.
     seed_cells, listed = [], set()
