@@ -2293,6 +2293,8 @@ def cpu_estimate(run_file: str) -> dict:
     return {"seconds": seeds * rounds * per_round, "seeds": seeds, "seed_list": seed_list, "rounds": rounds}
 
 
+# What the scoreboard says for an empty list, rather than a table whose only row is a total of zeros.
+NO_CELLS_NOT_RUN = "None: every cell of the pages has a results file."
 NO_SHORTER_RUNS = "None: every counted cell's runs went as many rounds as the paper's."
 
 
@@ -3237,10 +3239,13 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             total[k] += m[k]
         cost_rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", str(m["cells"]), str(m["with run file"]),
                           str(m["cells"] - m["with run file"]), fmt_duration(m["seconds"])])
-    cost_rows.append(["**all pages**", str(total["cells"]), str(total["with run file"]),
-                      str(total["cells"] - total["with run file"]), fmt_duration(total["seconds"])])
-    out += table(["results page", "cells not run yet", "with a run file", "without one", "CPU time (estimate)"],
-                 cost_rows)
+    if cost_rows:
+        cost_rows.append(["**all pages**", str(total["cells"]), str(total["with run file"]),
+                          str(total["cells"] - total["with run file"]), fmt_duration(total["seconds"])])
+        out += table(["results page", "cells not run yet", "with a run file", "without one",
+                      "CPU time (estimate)"], cost_rows)
+    else:
+        out.append(NO_CELLS_NOT_RUN)
     out += ["", "## Cells shorter than the paper's run", "",
             "Cells whose runs stopped before the paper's number of rounds (shorter runs) or are still going (runs "
             "in progress; a run with a later run of the same cell, run or not yet, is left out), and the CPU time their "

@@ -507,8 +507,34 @@ def test_the_fedpick_300_note_names_the_seeds_a_cpu_trained(tmp_path, monkeypatc
     assert gen._cpu_seeds("gpu_only") == ""
 
 
+def test_readme_says_none_where_nothing_is_left_to_run():
+    """A scoreboard over pages with every cell run to the paper's length says so in both lists, rather than
+    printing a total row of zeros (which read "1 min", the duration's floor)."""
+    gen = _generator()
+    (page,) = [p for p in gen.PAGES if p.slug == "fedpac_table2"]
+    rendered = gen.render_page(page, gen.paper_numbers())
+    assert not gen.not_run([c for _, cells in rendered.sections for c in cells])["cells"]
+    readme = gen.render_readme([rendered])
+    for sentence, heading in ((gen.NO_CELLS_NOT_RUN, "## Cells not run yet"),
+                              (gen.NO_SHORTER_RUNS, "## Cells shorter than the paper's run")):
+        section = readme.split(heading)[1].split("\n## ")[0]
+        assert sentence in section and "**all pages**" not in section, heading
+
+
 def test_readme_cost_table_adds_up():
-    (cost,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if "cells not run yet" in t["header"]]
+    """The README's table of cells not run yet adds up and agrees with each page; with none left, the section
+    says so instead of a table of zeros, and no page has such a cell."""
+    readme = (DOCS / "README.md").read_text()
+    tables = [t for t in parse_tables(readme) if "cells not run yet" in t["header"]]
+    section = readme.split("## Cells not run yet")[1].split("\n## ")[0]
+    if _generator().NO_CELLS_NOT_RUN in section:
+        assert not tables
+        for name in PAGES:
+            assert not [row for t in parse_tables(_without_diagnosis_sections((DOCS / name).read_text()))
+                        if t["header"][0] == "method" for row in t["rows"]
+                        if row["ours"] == DASH and "repeated from" not in row["status"]], name
+        return
+    (cost,) = tables
     total = cost["rows"][-1]
     assert total["results page"] == "**all pages**"
     for column in ("cells not run yet", "with a run file", "without one"):
