@@ -2293,7 +2293,7 @@ def cpu_estimate(run_file: str) -> dict:
     return {"seconds": seeds * rounds * per_round, "seeds": seeds, "seed_list": seed_list, "rounds": rounds}
 
 
-# What the scoreboard says for an empty list, rather than a table whose only row is a total of zeros.
+# What the scoreboard's totalled lists say when they are empty (totalled_table).
 NO_CELLS_NOT_RUN = "None: every cell of the pages has a results file."
 NO_SHORTER_RUNS = "None: every counted cell's runs went as many rounds as the paper's."
 
@@ -2810,6 +2810,12 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def totalled_table(header: list[str], rows: list[list[str]], total: list[str], if_empty: str) -> list[str]:
+    """:func:`table` of ``rows`` with the ``total`` row under them, or the sentence ``if_empty`` alone when there
+    are no rows (a total of zeros would say nothing, and a zero duration prints as its one-minute floor)."""
+    return table(header, [*rows, total]) if rows else [if_empty]
+
+
 HOW_TO_READ = (
     "**ours**: mean over seeds (± population standard deviation when there is more than one seed) of the "
     "value read from each results file; **paper**: the paper's number "
@@ -3239,13 +3245,10 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             total[k] += m[k]
         cost_rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", str(m["cells"]), str(m["with run file"]),
                           str(m["cells"] - m["with run file"]), fmt_duration(m["seconds"])])
-    if cost_rows:
-        cost_rows.append(["**all pages**", str(total["cells"]), str(total["with run file"]),
-                          str(total["cells"] - total["with run file"]), fmt_duration(total["seconds"])])
-        out += table(["results page", "cells not run yet", "with a run file", "without one",
-                      "CPU time (estimate)"], cost_rows)
-    else:
-        out.append(NO_CELLS_NOT_RUN)
+    out += totalled_table(["results page", "cells not run yet", "with a run file", "without one", "CPU time (estimate)"],
+                          cost_rows, ["**all pages**", str(total["cells"]), str(total["with run file"]),
+                                      str(total["cells"] - total["with run file"]), fmt_duration(total["seconds"])],
+                          NO_CELLS_NOT_RUN)
     out += ["", "## Cells shorter than the paper's run", "",
             "Cells whose runs stopped before the paper's number of rounds (shorter runs) or are still going (runs "
             "in progress; a run with a later run of the same cell, run or not yet, is left out), and the CPU time their "
@@ -3265,13 +3268,10 @@ def render_readme(rendered: list[RenderedPage]) -> str:
         all_runs.update(m["runs"])
         short_rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", str(m["cells"]), str(m["estimated"]),
                            fmt_duration(m["seconds"])])
-    if short_rows:
-        short_rows.append(["**all pages**", str(total["cells"]), str(total["estimated"]),
-                           fmt_duration(sum(all_runs.values()))])
-        out += table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's "
-                      "length (estimate)"], short_rows)
-    else:
-        out.append(NO_SHORTER_RUNS)
+    out += totalled_table(["results page", "shorter or in progress", "with an estimate", "CPU time to the paper's "
+                           "length (estimate)"], short_rows,
+                          ["**all pages**", str(total["cells"]), str(total["estimated"]),
+                           fmt_duration(sum(all_runs.values()))], NO_SHORTER_RUNS)
     # Each run once: diagnosis sections (which repeat or vary the counted cells), a cell repeated from another
     # page, and another section's view of the same runs (the FedCollab page's large and small clients) are left out.
     seed_cells, listed = [], set()

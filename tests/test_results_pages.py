@@ -515,9 +515,9 @@ def test_readme_says_none_where_nothing_is_left_to_run():
     rendered = gen.render_page(page, gen.paper_numbers())
     assert not gen.not_run([c for _, cells in rendered.sections for c in cells])["cells"]
     readme = gen.render_readme([rendered])
-    for sentence, heading in ((gen.NO_CELLS_NOT_RUN, "## Cells not run yet"),
-                              (gen.NO_SHORTER_RUNS, "## Cells shorter than the paper's run")):
-        section = readme.split(heading)[1].split("\n## ")[0]
+    for sentence, heading in ((gen.NO_CELLS_NOT_RUN, "Cells not run yet"),
+                              (gen.NO_SHORTER_RUNS, "Cells shorter than the paper's run")):
+        section = _section_of(readme, heading)
         assert sentence in section and "**all pages**" not in section, heading
 
 
@@ -526,7 +526,7 @@ def test_readme_cost_table_adds_up():
     says so instead of a table of zeros, and no page has such a cell."""
     readme = (DOCS / "README.md").read_text()
     tables = [t for t in parse_tables(readme) if "cells not run yet" in t["header"]]
-    section = readme.split("## Cells not run yet")[1].split("\n## ")[0]
+    section = _section_of(readme, "Cells not run yet")
     if _generator().NO_CELLS_NOT_RUN in section:
         assert not tables
         for name in PAGES:
@@ -578,7 +578,7 @@ def test_readme_table_of_unfinished_cells_adds_up():
     left, the section says so instead of a table of zeros."""
     readme = (DOCS / "README.md").read_text()
     tables = [t for t in parse_tables(readme) if "shorter or in progress" in t["header"]]
-    section = readme.split("## Cells shorter than the paper's run")[1].split("\n## ")[0]
+    section = _section_of(readme, "Cells shorter than the paper's run")
     none_left = _generator().NO_SHORTER_RUNS in section
     assert none_left == (not tables)
     listed = {}
@@ -1292,10 +1292,15 @@ def site():
     return _generator().render_site()
 
 
-def _section_text(page: str, heading: str) -> str:
-    (part,) = [p for p in (DOCS / page).read_text().split("\n## ")[1:]
+def _section_of(text: str, heading: str) -> str:
+    """The one ``## heading`` section of a page's text (a heading may end in its round), from its heading on."""
+    (part,) = [p for p in text.split("\n## ")[1:]
                if re.fullmatch(re.escape(heading) + r"( \(round \d+\))?", p.splitlines()[0])]
     return part
+
+
+def _section_text(page: str, heading: str) -> str:
+    return _section_of((DOCS / page).read_text(), heading)
 
 
 def test_every_committed_figure_is_linked_and_current(site):
