@@ -2294,6 +2294,7 @@ def cpu_estimate(run_file: str) -> dict:
 
 
 # What the scoreboard's totalled lists say when they are empty (totalled_table).
+NO_FAR_CELLS = f"None: every counted cell is within {FAR} points of the paper."
 NO_CELLS_NOT_RUN = "None: every cell of the pages has a results file."
 NO_SHORTER_RUNS = "None: every counted cell's runs went as many rounds as the paper's."
 
@@ -2810,10 +2811,16 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def table_or(header: list[str], rows: list[list[str]], if_empty: str) -> list[str]:
+    """:func:`table` of ``rows``, or the sentence ``if_empty`` alone when there are none (a table of a header
+    alone would leave the reader to guess whether the list is empty or broken)."""
+    return table(header, rows) if rows else [if_empty]
+
+
 def totalled_table(header: list[str], rows: list[list[str]], total: list[str], if_empty: str) -> list[str]:
-    """:func:`table` of ``rows`` with the ``total`` row under them, or the sentence ``if_empty`` alone when there
-    are no rows (a total of zeros would say nothing, and a zero duration prints as its one-minute floor)."""
-    return table(header, [*rows, total]) if rows else [if_empty]
+    """:func:`table_or` of ``rows`` with the ``total`` row under them (with no rows, a total of zeros would say
+    nothing, and a zero duration prints as its one-minute floor)."""
+    return table_or(header, [*rows, total] if rows else [], if_empty)
 
 
 HOW_TO_READ = (
@@ -3214,7 +3221,7 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "comparison with FedPAC (a shorter run against FedPAC read at the same round), its hypotheses-in-use "
             "table (a clustered run's lost clusters, or how its clients split), and the section's note when it "
             "names the method and gives the curve, the rule checked against the spec, or diagnosis runs.", ""]
-    out += table(["cell", "page", "section", "gap", "rounds", "diagnosed by"], far_cells(rendered))
+    out += table_or(["cell", "page", "section", "gap", "rounds", "diagnosed by"], far_cells(rendered), NO_FAR_CELLS)
     out += ["", "## Cells not run yet", "",
             "Cells of these pages with no results file yet, and an estimate of their CPU time, all seeds "
             "included. Each page lists them with their run files (`benchmarks/paper/<paper>/<table>/<cell>.toml`; "
@@ -3245,10 +3252,10 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             total[k] += m[k]
         cost_rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", str(m["cells"]), str(m["with run file"]),
                           str(m["cells"] - m["with run file"]), fmt_duration(m["seconds"])])
-    out += totalled_table(["results page", "cells not run yet", "with a run file", "without one", "CPU time (estimate)"],
-                          cost_rows, ["**all pages**", str(total["cells"]), str(total["with run file"]),
-                                      str(total["cells"] - total["with run file"]), fmt_duration(total["seconds"])],
-                          NO_CELLS_NOT_RUN)
+    cost_header = ["results page", "cells not run yet", "with a run file", "without one", "CPU time (estimate)"]
+    cost_total = ["**all pages**", str(total["cells"]), str(total["with run file"]),
+                  str(total["cells"] - total["with run file"]), fmt_duration(total["seconds"])]
+    out += totalled_table(cost_header, cost_rows, cost_total, NO_CELLS_NOT_RUN)
     out += ["", "## Cells shorter than the paper's run", "",
             "Cells whose runs stopped before the paper's number of rounds (shorter runs) or are still going (runs "
             "in progress; a run with a later run of the same cell, run or not yet, is left out), and the CPU time their "

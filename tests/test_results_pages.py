@@ -509,16 +509,18 @@ def test_the_fedpick_300_note_names_the_seeds_a_cpu_trained(tmp_path, monkeypatc
 
 def test_readme_says_none_where_nothing_is_left_to_run():
     """A scoreboard over pages with every cell run to the paper's length says so in both lists, rather than
-    printing a total row of zeros (which read "1 min", the duration's floor)."""
+    printing a total row of zeros (which read "1 min", the duration's floor) or a table of a header alone."""
     gen = _generator()
     (page,) = [p for p in gen.PAGES if p.slug == "fedpac_table2"]
     rendered = gen.render_page(page, gen.paper_numbers())
     assert not gen.not_run([c for _, cells in rendered.sections for c in cells])["cells"]
+    assert not [c for section, cells in rendered.sections for c, _ in gen.far_and_diagnosed(section, cells)]
     readme = gen.render_readme([rendered])
     for sentence, heading in ((gen.NO_CELLS_NOT_RUN, "Cells not run yet"),
-                              (gen.NO_SHORTER_RUNS, "Cells shorter than the paper's run")):
+                              (gen.NO_SHORTER_RUNS, "Cells shorter than the paper's run"),
+                              (gen.NO_FAR_CELLS, "Cells more than 1.5 points from the paper")):
         section = _section_of(readme, heading)
-        assert sentence in section and "**all pages**" not in section, heading
+        assert sentence in section and "**all pages**" not in section and "|" not in section, heading
 
 
 def test_readme_cost_table_adds_up():
@@ -909,8 +911,14 @@ def test_fedem_mixture_weights_fill_the_hypotheses_table(tmp_path):
 
 def test_every_far_cell_is_diagnosed():
     """The scoreboard's list of cells more than 1.5 points from the paper holds every such cell of the pages,
-    each with where its page diagnoses it."""
-    (far,) = [t for t in parse_tables((DOCS / "README.md").read_text()) if t["header"][-1] == "diagnosed by"]
+    each with where its page diagnoses it; with none, it says so in place of the table."""
+    readme = (DOCS / "README.md").read_text()
+    tables = [t for t in parse_tables(readme) if t["header"][-1] == "diagnosed by"]
+    if _generator().NO_FAR_CELLS in _section_of(readme, "Cells more than 1.5 points from the paper"):
+        assert not tables
+        far = {"rows": []}
+    else:
+        (far,) = tables
     listed = {(row["page"].split("]")[0].lstrip("["), row["cell"], row["gap"]) for row in far["rows"]}
     on_pages = set()
     for name in PAGES:
