@@ -2293,7 +2293,7 @@ def cpu_estimate(run_file: str) -> dict:
     return {"seconds": seeds * rounds * per_round, "seeds": seeds, "seed_list": seed_list, "rounds": rounds}
 
 
-# What the scoreboard's totalled lists say when they are empty (totalled_table).
+# What the scoreboard's lists say when they are empty (table_or, totalled_table).
 NO_FAR_CELLS = f"None: every counted cell is within {FAR} points of the paper."
 NO_CELLS_NOT_RUN = "None: every cell of the pages has a results file."
 NO_SHORTER_RUNS = "None: every counted cell's runs went as many rounds as the paper's."

@@ -508,8 +508,9 @@ def test_the_fedpick_300_note_names_the_seeds_a_cpu_trained(tmp_path, monkeypatc
 
 
 def test_readme_says_none_where_nothing_is_left_to_run():
-    """A scoreboard over pages with every cell run to the paper's length says so in both lists, rather than
-    printing a total row of zeros (which read "1 min", the duration's floor) or a table of a header alone."""
+    """A scoreboard over pages with every cell run to the paper's length, none far from it, says so in its three
+    lists, rather than printing a total row of zeros (which read "1 min", the duration's floor) or a table of a
+    header alone."""
     gen = _generator()
     (page,) = [p for p in gen.PAGES if p.slug == "fedpac_table2"]
     rendered = gen.render_page(page, gen.paper_numbers())
