@@ -41,7 +41,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -2293,6 +2293,86 @@ def cpu_estimate(run_file: str) -> dict:
     return {"seconds": seeds * rounds * per_round, "seeds": seeds, "seed_list": seed_list, "rounds": rounds}
 
 
+def timing_reference_files() -> set[Path]:
+    """The results files whose seconds per round :func:`cpu_estimate` reads for FedPAC's and FedCollab's
+    settings: an estimate of one of these checks it against itself."""
+    return {(RESULTS / path).resolve() for path in [*TIMING_REFERENCE.values(), COLLAB_TIMING[0]]}
+
+
+COLLAB_SETTING = "FedCollab's label-shift setting"
+FEDPAC_SETTINGS = "FedPAC's settings"
+
+
+class EstimateCheck(NamedTuple):
+    ratio: float  # measured / estimated CPU seconds of one seed
+    path: Path  # the run's results file
+    setting: str  # COLLAB_SETTING or FEDPAC_SETTINGS: the two scale from different timed runs
+    run_file: str  # its cell's run file, relative to benchmarks/paper/
+
+
+def estimate_checks(rendered: list["RenderedPage"]) -> list[EstimateCheck]:
+    """How close :func:`cpu_estimate` came on the runs that have finished: one :class:`EstimateCheck` for
+    every finished CPU-trained run of a cell with its own ``pflax run`` file, each file once, sorted by ratio.
+
+    Left out, since their estimate reads their own time: the timing references (:func:`timing_reference_files`)
+    and FedPick runs (whose pace is the median of their own folder's runs); and cells read from another cell's
+    run (their file times an evaluation, not a run).
+    """
+    references, seen, checks = timing_reference_files(), set(), []
+    for r in rendered:
+        for _, cells in r.sections:
+            for c in cells:
+                run_file = c.row.run_file
+                if not run_file or not run_file.endswith(".toml") or c.row.kind == "fedavg_eval":
+                    continue
+                spec = tomllib.loads((RUN_FILES / run_file).read_text())
+                if "arm" in spec:
+                    continue
+                setting = (COLLAB_SETTING if spec.get("partition", {}).get("name") == "fedcollab_label_shift"
+                           else FEDPAC_SETTINGS)
+                for path, done, planned in zip(c.files, c.rounds, c.planned):
+                    if done < planned or path.resolve() in references or path.resolve() in seen:
+                        continue
+                    seen.add(path.resolve())
+                    data = json.loads(path.read_text())
+                    measured = measured_seconds_per_seed(data) if trained_on_cpu(data) else None
+                    if measured is None:
+                        continue
+                    est = cpu_estimate(run_file)
+                    checks.append(EstimateCheck(measured / (est["seconds"] / est["seeds"]), path, setting, run_file))
+    return sorted(checks, key=lambda check: check.ratio)
+
+
+def ratio_summary(ratios: list[float]) -> str:
+    """How many ratios, their median, middle half and range, as the scoreboard prints them.
+
+    >>> ratio_summary([0.5, 1.0, 2.0, 4.0])
+    '4 runs, median 1.50, middle half 0.88–2.50, range 0.50–4.00'
+    """
+    ratios = sorted(ratios)
+    low, _, high = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return (f"{len(ratios)} run{'s' if len(ratios) > 1 else ''}, median {statistics.median(ratios):.2f}, "
+            f"middle half {low:.2f}–{high:.2f}, range {ratios[0]:.2f}–{ratios[-1]:.2f}")
+
+
+def estimate_check_sentence(checks: list[EstimateCheck]) -> str:
+    """The scoreboard's sentence on :func:`estimate_checks`, per setting.
+
+    >>> runs = [EstimateCheck(0.5, Path("a"), FEDPAC_SETTINGS, "a.toml"), EstimateCheck(2.0, Path("b"), FEDPAC_SETTINGS, "b.toml")]
+    >>> sentence = estimate_check_sentence(runs)
+    >>> "was, in FedPAC's settings, 2 runs, median 1.25, middle half 0.88–1.62, range 0.50–2.00." in sentence
+    True
+    """
+    if not checks:
+        return "No finished CPU run checks the estimate yet."
+    parts = [f"in {setting}, {ratio_summary([c.ratio for c in checks if c.setting == setting])}"
+             for setting in (FEDPAC_SETTINGS, COLLAB_SETTING) if any(c.setting == setting for c in checks)]
+    return ("Checked against the finished CPU runs that the estimate does not itself time (each run's measured "
+            "seconds, as the seeds table below times them, over its cell's estimate for one seed: "
+            "`estimate_checks` in the script), measured / estimate was, " + "; ".join(parts) + ". The sessions' "
+            "machines, and what else ran on them, differ.")
+
+
 # What the scoreboard's lists say when they are empty (table_or, totalled_table).
 NO_FAR_CELLS = f"None: every counted cell is within {FAR} points of the paper."
 NO_CELLS_NOT_RUN = "None: every cell of the pages has a results file."
@@ -3242,7 +3322,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "(`benchmarks/evaluate_variant.py`), so it costs one evaluation once that run has finished: its "
             "fine-tuning of every client, as many rounds of the base run as the fine-tuning epochs over the local "
             "epochs, times the clients over those training per round. Timings on a shared CPU "
-            "vary by a factor of two or more, so these are orders of magnitude.", ""]
+            "vary by a factor of two or more, so these are orders of magnitude. "
+            + estimate_check_sentence(estimate_checks(rendered)), ""]
     cost_rows, total = [], {"cells": 0, "with run file": 0, "seconds": 0.0}
     for r in rendered:
         m = not_run([c for section, cells in r.sections if not section.diagnosis for c in cells])

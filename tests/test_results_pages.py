@@ -13,6 +13,7 @@ import json
 import math
 import re
 import statistics
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from pflax.metrics import ipr_rsd
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "results"
+RESULTS = REPO / "benchmarks" / "results"
 PAPER_CSV = REPO / "benchmarks" / "paper" / "paper_numbers.csv"
 DASH = "—"
 PAGES = sorted(p.name for p in DOCS.glob("*.md") if p.name != "README.md")
@@ -1430,3 +1432,49 @@ def test_the_width1_cnn_at_300_rounds_is_a_diagnosis_timed_at_the_width1_pace():
         assert f"about {gen.fmt_duration(300 * statistics.median(paces))} of CPU" in row["status"]
         narrow = gen.cpu_estimate(f"fedpick/fedpick_table2_usps_300/{arm}.toml")
         assert gen.cpu_estimate(run_file)["seconds"] > 2 * narrow["seconds"] / narrow["seeds"]
+
+
+def test_the_generators_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(_generator(), optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 7 and result.failed == 0
+
+
+def _own_seconds_per_seed(data: dict) -> float:
+    """A finished experiment-loop run's CPU seconds, read here without the generator: its median round
+    plus its median evaluation spread over the rounds, times the rounds."""
+    history = data["history"]
+    rounds = data.get("rounds_completed") or len(history)
+    evals = [row["eval_seconds"] for row in history if "eval_seconds" in row]
+    per_eval = statistics.median(evals) * len(evals) / rounds if evals else 0.0
+    return (statistics.median(row["seconds"] for row in history) + per_eval) * rounds
+
+
+def test_the_estimates_are_checked_on_finished_runs_they_do_not_time_themselves():
+    gen = _generator()
+    paper = gen.paper_numbers()
+    checks = gen.estimate_checks([gen.render_page(page, paper) for page in gen.PAGES])
+    paths = [c.path.resolve() for c in checks]
+    assert len(paths) == len(set(paths)) and len(paths) >= 50
+    assert not set(paths) & gen.timing_reference_files()
+    assert [c.ratio for c in checks] == sorted(c.ratio for c in checks)
+    for c in checks:
+        data = json.loads(c.path.read_text())
+        planned = (data.get("args") or data.get("run") or {}).get("rounds") or data["rounds_planned"]
+        assert data["rounds_completed"] >= planned, f"{c.path} has not finished"
+        assert all(s.get("backend", "cpu") == "cpu" for s in data.get("sessions", [])), f"{c.path}: not a CPU run"
+        assert "arm" not in tomllib.loads((REPO / "benchmarks" / "paper" / c.run_file).read_text())
+        if "history" in data and all("seconds" in row for row in data["history"]):
+            measured = _own_seconds_per_seed(data)
+        else:  # a seed trained in coalitions: their rounds and evaluations together
+            measured = data["timing"]["total_s"]
+        est = gen.cpu_estimate(c.run_file)
+        assert c.ratio == pytest.approx(measured / (est["seconds"] / est["seeds"])), c.path
+        assert (c.setting == gen.COLLAB_SETTING) == c.path.relative_to(RESULTS).parts[0].startswith("fedcollab")
+    # the scoreboard prints each setting's count, median and range of exactly these ratios
+    readme = (DOCS / "README.md").read_text()
+    for setting in (gen.FEDPAC_SETTINGS, gen.COLLAB_SETTING):
+        ratios = sorted(c.ratio for c in checks if c.setting == setting)
+        assert f"in {setting}, {len(ratios)} runs, median {statistics.median(ratios):.2f}, middle half " in readme
+        assert f"range {ratios[0]:.2f}–{ratios[-1]:.2f}" in readme
