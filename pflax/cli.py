@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     >>> build_parser().parse_args(["run"]).algorithm is None  # the run file's algorithm, else fedpac
     True
     """
-    from .experiment import Diverged, RunError, run_all
+    from .experiment import Diverged, RunError, Stopped, run_all
 
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
                           command="pflax " + shlex.join(argv), logdir=args.logdir)
     except (RunError, Diverged) as err:
         _fail(str(err))
+    except Stopped as stopped:  # SIGINT/SIGTERM: the round in progress finished and was checkpointed
+        print(f"pflax: {stopped} (add --resume to the same command)", file=sys.stderr)
+        return stopped.exit_code
     for result in results:
         summary, timing = result["final_accuracy"], result["timing"]
         print(f"{result['algorithm']} on {result['dataset']} (seed {result['seed']}): mean personalized accuracy "

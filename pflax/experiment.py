@@ -49,14 +49,17 @@ whole ``Config`` written out), so ``pflax run --config <out>/run.toml`` repeats 
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import dataclasses
 import io
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -99,6 +102,66 @@ class Diverged(RuntimeError):
         super().__init__(f"round {round_index} produced NaN/Inf (diverged); the state was kept at round "
                          f"{round_index}. Lower the learning rate.")
         self.round_index = round_index
+
+
+class Stopped(RuntimeError):
+    """A run asked to stop (SIGINT or SIGTERM while :func:`run` trained) that stopped after its round in
+    progress, with a checkpoint of that round: ``run(..., resume=True)`` continues it.
+
+    >>> err = Stopped(7, 200, signal.SIGTERM, "runs/fedavg")
+    >>> err.round_index, err.exit_code
+    (7, 143)
+    >>> str(err)
+    'stopped by SIGTERM after round 7 of 200, with a checkpoint of that round in runs/fedavg; resume to continue'
+    """
+
+    def __init__(self, round_index: int, rounds: int, signum: int, out: str | os.PathLike):
+        super().__init__(f"stopped by {signal.Signals(signum).name} after round {round_index} of {rounds}, with "
+                         f"a checkpoint of that round in {out}; resume to continue")
+        self.round_index, self.rounds, self.signum, self.out = round_index, rounds, signum, Path(out)
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for a process ended by that signal (128 + its number)."""
+        return 128 + int(self.signum)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_requests():
+    """While inside, SIGINT and SIGTERM ask the work to stop at its next safe point instead of ending the
+    process; a second one acts as usual (KeyboardInterrupt, or the process ends). Yields the list of signals
+    received so far. Outside the main thread (where Python cannot take signals) it only yields an empty list.
+
+    >>> with stop_requests() as received:
+    ...     signal.raise_signal(signal.SIGTERM)
+    ...     received == [signal.SIGTERM]
+    True
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def ask_to_stop(signum, frame):
+        if received:  # asked twice: do what the signal did before
+            signal.signal(signum, previous[signum] if previous[signum] is not None else signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        received.append(signum)
+        print(f"\n{signal.Signals(signum).name}: stopping after the round in progress, with a checkpoint "
+              "(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, ask_to_stop)
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 # ----------------------------------------------------------------------------------------- run spec
@@ -865,6 +928,11 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     Returns:
       The content of ``results.json``.
 
+    Raises:
+      Stopped: SIGINT or SIGTERM arrived while it trained (:func:`stop_requests`): the run finished the
+        round in progress, checkpointed it (and packed it, with ``pack``) and stopped. A second signal
+        acts at once, as without this.
+
     >>> import tempfile
     >>> spec = RunSpec("fedavg", rounds=1, config={"local_epochs": 1}, data={"train_per_client": 20,
     ...                "test_per_client": 20}, partition={"clients": 2}, model={"name": "mlp", "hidden": [8]})
@@ -986,11 +1054,16 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
                     f"{spec.algorithm} combination weights, round {record.rounds_done}"))
         return result
 
+    received: list[int] = []  # stop signals (stop_requests), while the loop trains
+    stopping: list[int] = []  # the one acted on: decided once per round, so that its round is checkpointed
+
     def after_round(state, record: Record, evaluated: bool) -> None:
         r = record.rounds_done
         if evaluated:
             write_results(done=r == spec.rounds)
-        if r == spec.rounds or (spec.checkpoint_every and r % spec.checkpoint_every == 0):
+        if received and r < spec.rounds:
+            stopping.append(received[0])
+        if stopping or r == spec.rounds or (spec.checkpoint_every and r % spec.checkpoint_every == 0):
             checkpoint.save(checkpoints, state, run=fingerprint, max_to_keep=MAX_CHECKPOINTS_KEPT,
                             extra=dataclasses.asdict(record))
             if pack and r < spec.rounds:
@@ -998,18 +1071,25 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
         if r == spec.rounds:
             packed.unlink(missing_ok=True)
 
+    def stop_if_asked(state, record: Record, evaluated: bool) -> None:  # the last hook: the others saw the round
+        if stopping:
+            raise Stopped(record.rounds_done, spec.rounds, stopping[0], out)
+
     hooks, close = [after_round], None
     if logdir is not None:
         tensorboard, close = tensorboard_writer(logdir)
         hooks.append(tensorboard)
+    hooks.append(stop_if_asked)
     try:
         if record.rounds_done == spec.rounds and record.evaluations:  # a finished run, resumed: rewrite its files
             result = write_results(done=True)
         else:
             label = f"{spec.algorithm} {dataset}" + (f" seed {seed}" if seed else "")
-            loop(algorithm, state, train, test, spec.rounds, fraction=spec.fraction, eval_every=spec.eval_every,
-                 record=record, after_round=lambda *a: [hook(*a) for hook in hooks],
-                 progress=label if progress else False)
+            with stop_requests() as asked:
+                received = asked  # the list the signal handler fills, read by after_round
+                loop(algorithm, state, train, test, spec.rounds, fraction=spec.fraction,
+                     eval_every=spec.eval_every, record=record, after_round=lambda *a: [hook(*a) for hook in hooks],
+                     progress=label if progress else False)
             result = json.loads((out / "results.json").read_text())
     finally:
         if close is not None:

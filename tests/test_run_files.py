@@ -171,6 +171,34 @@ def test_run_table_goes_on_to_the_next_cell_when_one_diverges(tmp_path, monkeypa
     assert "first stopped: round 0 produced NaN/Inf" in capsys.readouterr().out
 
 
+def test_run_table_stops_the_whole_table_when_asked_to(tmp_path, monkeypatch, capsys):
+    """SIGINT/SIGTERM (``pflax.experiment.Stopped``) stops the table, not just its cell: the next cells do
+    not start, and the exit status is the signal's."""
+    import signal
+
+    from pflax.experiment import Stopped
+
+    run_table = _run_table()
+    table = tmp_path / "paper" / "demo" / "table9_demo"
+    table.mkdir(parents=True)
+    for cell in ("first", "second"):
+        (table / f"{cell}.toml").write_text('algorithm = "fedavg"\n')
+    ran = []
+
+    def fake_run_all(spec, out, **options):
+        ran.append(Path(out).name)
+        raise Stopped(3, 200, signal.SIGTERM, out)
+
+    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
+    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run_table, "REPO", tmp_path)
+    monkeypatch.setattr(run_table, "run_all", fake_run_all)
+    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+    assert run_table.main(["demo/table9_demo", "--quiet"]) == 128 + signal.SIGTERM
+    assert ran == ["first"]
+    assert "first: stopped by SIGTERM after round 3 of 200" in capsys.readouterr().out
+
+
 def _demo_spec(seeds):
     """A one-round run file with these seeds, cheap enough to train in a test."""
     from pflax.experiment import RunSpec

@@ -31,7 +31,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pflax.experiment import PACKED_CHECKPOINT, Diverged, RunError, RunSpec, chosen_seeds, finished_result, run_all
+from pflax.experiment import (PACKED_CHECKPOINT, Diverged, RunError, RunSpec, Stopped, chosen_seeds, finished_result,
+                              run_all)
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "benchmarks" / "paper"
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                     command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
         except (RunError, Diverged) as err:  # one cell's failure does not stop the table's other cells
             print(f"  {run_file.stem} stopped: {err}", flush=True)
+        except Stopped as stopped:  # asked to stop (SIGINT/SIGTERM): the table's other cells wait too
+            print(f"  {run_file.stem}: {stopped}; the same command resumes it", flush=True)
+            return stopped.exit_code
     if not args.pack and not args.no_pages:
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "results_pages.py")], check=False)
     return 0
