@@ -144,15 +144,25 @@ def test_run_table_resumes_from_a_packed_checkpoint_and_packs_unfinished_runs(tm
     assert run_table.has_checkpoint(tmp_path / "cell")
 
 
-def test_run_table_goes_on_to_the_next_cell_when_one_diverges(tmp_path, monkeypatch, capsys):
-    """A cell whose run diverges is reported, and the table's other cells still run."""
-    from pflax.experiment import Diverged
-
+def _two_cell_table(tmp_path, monkeypatch, fake_run_all):
+    """``run_table.py`` over a table of two cells, ``first`` and ``second``, whose runs are ``fake_run_all``."""
     run_table = _run_table()
     table = tmp_path / "paper" / "demo" / "table9_demo"
     table.mkdir(parents=True)
     for cell in ("first", "second"):
         (table / f"{cell}.toml").write_text('algorithm = "fedavg"\n')
+    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
+    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run_table, "REPO", tmp_path)
+    monkeypatch.setattr(run_table, "run_all", fake_run_all)
+    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+    return run_table
+
+
+def test_run_table_goes_on_to_the_next_cell_when_one_diverges(tmp_path, monkeypatch, capsys):
+    """A cell whose run diverges is reported, and the table's other cells still run."""
+    from pflax.experiment import Diverged
+
     ran = []
 
     def fake_run_all(spec, out, **options):
@@ -161,11 +171,7 @@ def test_run_table_goes_on_to_the_next_cell_when_one_diverges(tmp_path, monkeypa
             raise Diverged(0)
         return []
 
-    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
-    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(run_table, "REPO", tmp_path)
-    monkeypatch.setattr(run_table, "run_all", fake_run_all)
-    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+    run_table = _two_cell_table(tmp_path, monkeypatch, fake_run_all)
     assert run_table.main(["demo/table9_demo", "--quiet"]) == 0
     assert ran == ["first", "second"]
     assert "first stopped: round 0 produced NaN/Inf" in capsys.readouterr().out
@@ -178,22 +184,13 @@ def test_run_table_stops_the_whole_table_when_asked_to(tmp_path, monkeypatch, ca
 
     from pflax.experiment import Stopped
 
-    run_table = _run_table()
-    table = tmp_path / "paper" / "demo" / "table9_demo"
-    table.mkdir(parents=True)
-    for cell in ("first", "second"):
-        (table / f"{cell}.toml").write_text('algorithm = "fedavg"\n')
     ran = []
 
     def fake_run_all(spec, out, **options):
         ran.append(Path(out).name)
         raise Stopped(3, 200, signal.SIGTERM, out)
 
-    monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
-    monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(run_table, "REPO", tmp_path)
-    monkeypatch.setattr(run_table, "run_all", fake_run_all)
-    monkeypatch.setattr(run_table.subprocess, "run", lambda *a, **k: None)
+    run_table = _two_cell_table(tmp_path, monkeypatch, fake_run_all)
     assert run_table.main(["demo/table9_demo", "--quiet"]) == 128 + signal.SIGTERM
     assert ran == ["first"]
     assert "first: stopped by SIGTERM after round 3 of 200" in capsys.readouterr().out
