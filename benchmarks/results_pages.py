@@ -2368,8 +2368,8 @@ def estimate_check_sentence(checks: list[EstimateCheck]) -> str:
     parts = [f"in {setting}, {ratio_summary([c.ratio for c in checks if c.setting == setting])}"
              for setting in (FEDPAC_SETTINGS, COLLAB_SETTING) if any(c.setting == setting for c in checks)]
     return ("Checked against the finished CPU runs that the estimate does not itself time (each run's measured "
-            "seconds, as the seeds table below times them, over its cell's estimate for one seed: "
-            "`estimate_checks` in the script), measured / estimate was, " + "; ".join(parts) + ". The sessions' "
+            "seconds, its median round plus its median evaluation spread over the rounds times its rounds, over its "
+            "cell's estimate for one seed: `estimate_checks` in the script), measured / estimate was, " + "; ".join(parts) + ". The sessions' "
             "machines, and what else ran on them, differ.")
 
 
