@@ -132,8 +132,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @contextlib.contextmanager
 def stop_requests():
     """While inside, SIGINT and SIGTERM ask the work to stop at its next safe point instead of ending the
-    process; a second one acts as usual (KeyboardInterrupt, or the process ends). Yields the list of signals
-    received so far. Outside the main thread (where Python cannot take signals) it only yields an empty list.
+    process; a second one acts as usual (KeyboardInterrupt, or the process ends); one the process ignores
+    stays ignored. Yields the list of signals received so far. Outside the main thread (where Python cannot
+    take signals) it only yields an empty list.
 
     >>> with stop_requests() as received:
     ...     signal.raise_signal(signal.SIGTERM)
@@ -144,7 +145,8 @@ def stop_requests():
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
-    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    # A signal the process ignores stays ignored (SIGINT, for one, in a job a shell started with `&`).
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
 
     def ask_to_stop(signum, frame):
         if received:  # asked twice: do what the signal did before
@@ -155,7 +157,7 @@ def stop_requests():
         print(f"\n{signal.Signals(signum).name}: stopping after the round in progress, with a checkpoint "
               "(send it again to stop at once)", file=sys.stderr, flush=True)
 
-    for s in STOP_SIGNALS:
+    for s in previous:
         signal.signal(s, ask_to_stop)
     try:
         yield received

@@ -133,3 +133,17 @@ def test_a_real_sigterm_to_a_cli_run_checkpoints_the_round_it_stopped_after(tmp_
     assert stopped_at is not None and 1 <= stopped_at < 500, "the run finished before the signal, or saved nothing"
     assert json.loads((out / "results.json").read_text())["rounds_completed"] == stopped_at
     assert f"stopped by SIGTERM after round {stopped_at} of 500" in err
+
+
+def test_an_ignored_signal_stays_ignored(monkeypatch):
+    """A job a shell started with ``&`` ignores SIGINT; a run inside it must not start taking it."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with experiment.stop_requests() as received:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM).__name__ == "ask_to_stop"  # SIGTERM still asks to stop
+            signal.raise_signal(signal.SIGINT)
+            assert received == []
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
