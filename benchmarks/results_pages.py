@@ -2330,15 +2330,16 @@ def estimate_checks(rendered: list["RenderedPage"]) -> list[EstimateCheck]:
                     continue
                 setting = (COLLAB_SETTING if spec.get("partition", {}).get("name") == "fedcollab_label_shift"
                            else FEDPAC_SETTINGS)
+                est = cpu_estimate(run_file)
                 for path, done, planned in zip(c.files, c.rounds, c.planned):
-                    if done < planned or path.resolve() in references or path.resolve() in seen:
+                    resolved = path.resolve()
+                    if done < planned or resolved in references or resolved in seen:
                         continue
-                    seen.add(path.resolve())
+                    seen.add(resolved)
                     data = json.loads(path.read_text())
                     measured = measured_seconds_per_seed(data) if trained_on_cpu(data) else None
                     if measured is None:
                         continue
-                    est = cpu_estimate(run_file)
                     checks.append(EstimateCheck(measured / (est["seconds"] / est["seeds"]), path, setting, run_file))
     return sorted(checks, key=lambda check: check.ratio)
 
@@ -2358,7 +2359,8 @@ def ratio_summary(ratios: list[float]) -> str:
 def estimate_check_sentence(checks: list[EstimateCheck]) -> str:
     """The scoreboard's sentence on :func:`estimate_checks`, per setting.
 
-    >>> runs = [EstimateCheck(0.5, Path("a"), FEDPAC_SETTINGS, "a.toml"), EstimateCheck(2.0, Path("b"), FEDPAC_SETTINGS, "b.toml")]
+    >>> runs = [EstimateCheck(0.5, Path("a"), FEDPAC_SETTINGS, "a.toml"),
+    ...         EstimateCheck(2.0, Path("b"), FEDPAC_SETTINGS, "b.toml")]
     >>> sentence = estimate_check_sentence(runs)
     >>> "was, in FedPAC's settings, 2 runs, median 1.25, middle half 0.88–1.62, range 0.50–2.00." in sentence
     True
@@ -2369,8 +2371,8 @@ def estimate_check_sentence(checks: list[EstimateCheck]) -> str:
              for setting in (FEDPAC_SETTINGS, COLLAB_SETTING) if any(c.setting == setting for c in checks)]
     return ("Checked against the finished CPU runs that the estimate does not itself time (each run's measured "
             "seconds, its median round plus its median evaluation spread over the rounds times its rounds, over its "
-            "cell's estimate for one seed: `estimate_checks` in the script), measured / estimate was, " + "; ".join(parts) + ". The sessions' "
-            "machines, and what else ran on them, differ.")
+            "cell's estimate for one seed: `estimate_checks` in the script), measured / estimate was, "
+            + "; ".join(parts) + ". The sessions' machines, and what else ran on them, differ.")
 
 
 # What the scoreboard's lists say when they are empty (table_or, totalled_table).

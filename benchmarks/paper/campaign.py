@@ -10,8 +10,9 @@ file's order, at most ``--parallel`` at a time, each as ``benchmarks/paper/run_t
 jobs still running then are stopped (SIGTERM, then SIGKILL after ``--grace`` seconds). On SIGTERM a pflax run
 finishes its round in progress and checkpoints it (``pflax.experiment.Stopped``); one that SIGKILL ends first
 keeps its latest regular checkpoint. Either way the checkpoint is packed into its results folder as
-``checkpoint.tar.gz`` for pflax run files, so running the same cell again with ``run_table.py`` resumes it. At the end the results pages are regenerated once, and
-one line per job says how it ended; the exit status is 1 if any job failed (stopped jobs do not count).
+``checkpoint.tar.gz`` for pflax run files, so running the same cell again with ``run_table.py`` resumes it.
+At the end the results pages are regenerated once, and one line per job says how it ended; the exit status is 1
+if any job failed (stopped jobs do not count).
 ``--archive results.tar.gz`` also packs every file that the campaign wrote under ``benchmarks/results/`` and
 ``docs/results/`` into one file to carry home, leaving out checkpoint folders (a run's packed
 ``checkpoint.tar.gz`` is what resumes it elsewhere; the folders can be hundreds of times larger), and
