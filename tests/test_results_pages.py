@@ -970,45 +970,52 @@ def test_table6_fedem_note_compares_the_papers_two_tables(monkeypatch):
     assert gen._fedem_t6_note() == ""
 
 
-def test_table4_100_client_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_path):
-    """The 100-client FedEM (M=3) note, written only when the cell is far: its curve's last 50 rounds, the
-    smallest top mixture weight of its last round's clients, the gaps beside our HypCluster (k=3) and FedAvg
-    of the column against the paper's, and FedEM-FT read from the same run, each recomputed here."""
+@pytest.mark.parametrize("components, ft_folder", [(3, ""), (5, "seed0/")])
+def test_table4_100_client_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_path, components,
+                                                                          ft_folder):
+    """The 100-client FedEM (M=3 and M=5) notes, written only when the cell is far: its curve's last 50 rounds,
+    the smallest top mixture weight of its last round's clients, the gaps beside our HypCluster with as many
+    clusters and FedAvg of the column against the paper's, and FedEM-FT read from the same run (one file, or
+    one per seed), each recomputed here."""
     gen = _generator()
     paper = paper_csv()
     c100, c20 = "FMNIST/100clients_frac0.3", "FMNIST/20clients_frac1.0"
-    here = paper[("FedPAC", "4", c100, "FedEM (M=3)", "acc")]
+    fedem, hypcluster = f"FedEM (M={components})", f"HypCluster (k={components})"
+    here = paper[("FedPAC", "4", c100, fedem, "acc")]
     history = [{"round": r, "accuracy": [a / 100] * 4} for r, a in ((150, here + 1.5), (200, here + 2.0))]
+    pad = [0.0] * (components - 3)
     run = {"status": "finished", "final_accuracy": {"mean": here + 2.0}, "personalized_history": history,
-           "last_round": {"pi": [[0.2, 0.8, 0.0], [0.95, 0.03, 0.02], [0.0, 0.0, 1.0]]}}
-    finals = {"table1_fmnist/fedem__m_3": paper[("FedPAC", "4", c20, "FedEM (M=3)", "acc")] + 2.6,
-              "table1_fmnist_100clients/hypcluster__k_3": here + 1.0,
+           "last_round": {"pi": [[0.2, 0.8, 0.0] + pad, [0.95, 0.03, 0.02] + pad, [0.0, 0.0, 1.0] + pad]}}
+    finals = {f"table1_fmnist/fedem__m_{components}": paper[("FedPAC", "4", c20, fedem, "acc")] + 2.6,
+              f"table1_fmnist_100clients/hypcluster__k_{components}": here + 1.0,
               "table1_fmnist_100clients/fedavg": here - 1.0}
-    monkeypatch.setattr(gen, "_finished_runs", lambda cell: [run] if cell.endswith("100clients/fedem__m_3") else [])
+    monkeypatch.setattr(gen, "_finished_runs",
+                        lambda cell: [run] if cell.endswith(f"100clients/fedem__m_{components}") else [])
     monkeypatch.setattr(gen, "_mean_final", finals.get)
     monkeypatch.setattr(gen, "RESULTS", tmp_path)
-    note = gen._fedem_100_note()
-    assert note.startswith("**FedEM (M=3)** ends 2.00 points above the paper after the full 200 rounds (+2.60 in "
+    assert gen._fedem_100_note(8 - components) == ""  # the other cell has no finished run
+    note = gen._fedem_100_note(components)
+    assert note.startswith(f"**{fedem}** ends 2.00 points above the paper after the full 200 rounds (+2.60 in "
                            "the 20-client section)")
     assert "moves +0.50 points from round 150 to 200" in note
     assert ("2 of the 3 clients that trained put at least 0.9 of their mixture weight on one component and the "
             "others at least 0.80") in note
-    hyp = paper[("FedPAC", "4", c100, "HypCluster (k=3)", "acc")]
-    assert f"it ends +1.00 from our HypCluster (k=3) here (the paper's HypCluster (k=3) is {hyp - here:+.2f}" in note
+    hyp = paper[("FedPAC", "4", c100, hypcluster, "acc")]
+    assert f"it ends +1.00 from our {hypcluster} here (the paper's {hypcluster} is {hyp - here:+.2f}" in note
     fedavg = paper[("FedPAC", "1", c100, "FedAvg", "acc")]
     assert f"The paper's FedEM is {here - fedavg:+.2f} from its FedAvg in this column, ours +3.00" in note
     assert "FedEM-FT" not in note
-    ft = tmp_path / "table1_fmnist_100clients/fedem_ft__m_3/from_fedem__m_3.json"
+    ft = tmp_path / f"table1_fmnist_100clients/fedem_ft__m_{components}/{ft_folder}from_fedem__m_{components}.json"
     ft.parent.mkdir(parents=True)
     ft.write_text(json.dumps({"personalized_history": [{"round": 200, "accuracy": [0.9, 0.92]}]}))
-    ft_paper = paper[("FedPAC", "4", c100, "FedEM-FT (M=3)", "acc")]
-    assert gen._fedem_100_note().endswith(f"is {91.0 - ft_paper:+.2f} from the paper.")
+    ft_paper = paper[("FedPAC", "4", c100, f"FedEM-FT (M={components})", "acc")]
+    assert gen._fedem_100_note(components).endswith(f"is {91.0 - ft_paper:+.2f} from the paper.")
     finals.clear()  # the other runs not finished: their clauses are left out
-    assert gen._fedem_100_note().startswith("**FedEM (M=3)** ends 2.00 points above the paper after the full 200 "
-                                            "rounds. Its curve")
-    assert "HypCluster" not in gen._fedem_100_note() and "FedAvg" not in gen._fedem_100_note()
+    assert gen._fedem_100_note(components).startswith(f"**{fedem}** ends 2.00 points above the paper after the "
+                                                      "full 200 rounds. Its curve")
+    assert "HypCluster" not in gen._fedem_100_note(components) and "FedAvg" not in gen._fedem_100_note(components)
     run["final_accuracy"]["mean"] = here + 1.4  # within the tolerance: no note
-    assert gen._fedem_100_note() == ""
+    assert gen._fedem_100_note(components) == ""
 
 
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
