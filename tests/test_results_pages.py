@@ -970,52 +970,57 @@ def test_table6_fedem_note_compares_the_papers_two_tables(monkeypatch):
     assert gen._fedem_t6_note() == ""
 
 
-@pytest.mark.parametrize("components, ft_folder", [(3, ""), (5, "seed0/")])
-def test_table4_100_client_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_path, components,
-                                                                          ft_folder):
-    """The 100-client FedEM (M=3 and M=5) notes, written only when the cell is far: its curve's last 50 rounds,
-    the smallest top mixture weight of its last round's clients, the gaps beside our HypCluster with as many
-    clusters and FedAvg of the column against the paper's, and FedEM-FT read from the same run (one file, or
-    one per seed), each recomputed here."""
+@pytest.mark.parametrize("clients, components, ft_folder", [(100, 3, ""), (100, 5, "seed0/"), (20, 5, "")])
+def test_table4_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_path, clients, components,
+                                                               ft_folder):
+    """Table 4's FedEM notes (100 clients, M=3 and M=5; 20 clients, M=5), written only when the cell is far: its
+    curve's last 50 rounds, the smallest top mixture weight of its last round's clients, the other column's gap,
+    the gaps beside our HypCluster with as many clusters and FedAvg of the column against the paper's, and
+    FedEM-FT read from the same run (one file, or one per seed), each recomputed here."""
     gen = _generator()
     paper = paper_csv()
-    c100, c20 = "FMNIST/100clients_frac0.3", "FMNIST/20clients_frac1.0"
+    columns = {100: ("FMNIST/100clients_frac0.3", "table1_fmnist_100clients"),
+               20: ("FMNIST/20clients_frac1.0", "table1_fmnist")}
+    other = 20 if clients == 100 else 100
+    (setting, folder), (other_setting, other_folder) = columns[clients], columns[other]
     fedem, hypcluster = f"FedEM (M={components})", f"HypCluster (k={components})"
-    here = paper[("FedPAC", "4", c100, fedem, "acc")]
+    here = paper[("FedPAC", "4", setting, fedem, "acc")]
     history = [{"round": r, "accuracy": [a / 100] * 4} for r, a in ((150, here + 1.5), (200, here + 2.0))]
     pad = [0.0] * (components - 3)
     run = {"status": "finished", "final_accuracy": {"mean": here + 2.0}, "personalized_history": history,
            "last_round": {"pi": [[0.2, 0.8, 0.0] + pad, [0.95, 0.03, 0.02] + pad, [0.0, 0.0, 1.0] + pad]}}
-    finals = {f"table1_fmnist/fedem__m_{components}": paper[("FedPAC", "4", c20, fedem, "acc")] + 2.6,
-              f"table1_fmnist_100clients/hypcluster__k_{components}": here + 1.0,
-              "table1_fmnist_100clients/fedavg": here - 1.0}
+    finals = {f"{other_folder}/fedem__m_{components}": paper[("FedPAC", "4", other_setting, fedem, "acc")] + 2.6,
+              f"{folder}/hypcluster__k_{components}": here + 1.0,
+              f"{folder}/fedavg": here - 1.0}
     monkeypatch.setattr(gen, "_finished_runs",
-                        lambda cell: [run] if cell.endswith(f"100clients/fedem__m_{components}") else [])
+                        lambda cell: [run] if cell == f"{folder}/fedem__m_{components}" else [])
     monkeypatch.setattr(gen, "_mean_final", finals.get)
     monkeypatch.setattr(gen, "RESULTS", tmp_path)
-    assert gen._fedem_100_note(8 - components) == ""  # the other cell has no finished run
-    note = gen._fedem_100_note(components)
+    assert gen._fedem_t4_note(8 - components, clients) == ""  # the other cell has no finished run
+    assert gen._fedem_t4_note(components, other) == ""  # nor the other column's
+    note = gen._fedem_t4_note(components, clients)
     assert note.startswith(f"**{fedem}** ends 2.00 points above the paper after the full 200 rounds (+2.60 in "
-                           "the 20-client section)")
+                           f"the {other}-client section)")
     assert "moves +0.50 points from round 150 to 200" in note
     assert ("2 of the 3 clients that trained put at least 0.9 of their mixture weight on one component and the "
             "others at least 0.80") in note
-    hyp = paper[("FedPAC", "4", c100, hypcluster, "acc")]
+    hyp = paper[("FedPAC", "4", setting, hypcluster, "acc")]
     assert f"it ends +1.00 from our {hypcluster} here (the paper's {hypcluster} is {hyp - here:+.2f}" in note
-    fedavg = paper[("FedPAC", "1", c100, "FedAvg", "acc")]
+    fedavg = paper[("FedPAC", "1", setting, "FedAvg", "acc")]
     assert f"The paper's FedEM is {here - fedavg:+.2f} from its FedAvg in this column, ours +3.00" in note
     assert "FedEM-FT" not in note
-    ft = tmp_path / f"table1_fmnist_100clients/fedem_ft__m_{components}/{ft_folder}from_fedem__m_{components}.json"
+    ft = tmp_path / f"{folder}/fedem_ft__m_{components}/{ft_folder}from_fedem__m_{components}.json"
     ft.parent.mkdir(parents=True)
     ft.write_text(json.dumps({"personalized_history": [{"round": 200, "accuracy": [0.9, 0.92]}]}))
-    ft_paper = paper[("FedPAC", "4", c100, f"FedEM-FT (M={components})", "acc")]
-    assert gen._fedem_100_note(components).endswith(f"is {91.0 - ft_paper:+.2f} from the paper.")
+    ft_paper = paper[("FedPAC", "4", setting, f"FedEM-FT (M={components})", "acc")]
+    assert gen._fedem_t4_note(components, clients).endswith(f"is {91.0 - ft_paper:+.2f} from the paper.")
     finals.clear()  # the other runs not finished: their clauses are left out
-    assert gen._fedem_100_note(components).startswith(f"**{fedem}** ends 2.00 points above the paper after the "
-                                                      "full 200 rounds. Its curve")
-    assert "HypCluster" not in gen._fedem_100_note(components) and "FedAvg" not in gen._fedem_100_note(components)
+    assert gen._fedem_t4_note(components, clients).startswith(f"**{fedem}** ends 2.00 points above the paper "
+                                                              "after the full 200 rounds. Its curve")
+    assert "HypCluster" not in gen._fedem_t4_note(components, clients)
+    assert "FedAvg" not in gen._fedem_t4_note(components, clients)
     run["final_accuracy"]["mean"] = here + 1.4  # within the tolerance: no note
-    assert gen._fedem_100_note(components) == ""
+    assert gen._fedem_t4_note(components, clients) == ""
 
 
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
