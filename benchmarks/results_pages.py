@@ -814,10 +814,9 @@ def _fedem_t4_note(components: int, clients: int = 100) -> str:
     once its runs have finished more than 1.5 points from the paper: the first seed's curve, how its last
     round's clients weigh the components, where the cell lands beside our HypCluster with as many clusters in
     the same column, both columns' gaps, and FedEM-FT read from the same runs."""
-    folders = {100: "table1_fmnist_100clients", 20: "table1_fmnist"}
-    settings = {100: FMNIST100, 20: FMNIST20}
+    columns = {100: ("table1_fmnist_100clients", FMNIST100), 20: ("table1_fmnist", FMNIST20)}
     other = 20 if clients == 100 else 100
-    folder, setting = folders[clients], settings[clients]
+    (folder, setting), (other_folder, other_setting) = columns[clients], columns[other]
     runs = _finished_runs(f"{folder}/fedem__m_{components}")
     if not runs:
         return ""
@@ -836,12 +835,12 @@ def _fedem_t4_note(components: int, clients: int = 100) -> str:
     curve = _curve(runs[0])
     weights = [max(pi) for pi in runs[0]["last_round"]["pi"]]
     # Each comparison needs another finished run; a clause whose run has not finished is left out.
-    there, hyp, fedavg = (_mean_final(c) for c in (f"{folders[other]}/fedem__m_{components}",
+    there, hyp, fedavg = (_mean_final(c) for c in (f"{other_folder}/fedem__m_{components}",
                                                     f"{folder}/hypcluster__k_{components}", f"{folder}/fedavg"))
     text = (
         f"**{fedem}** ends {abs(ours - here):.2f} points {'under' if ours < here else 'above'} the paper after "
         "the full 200 rounds"
-        + (f" ({there - paper_of(fedem, settings[other]):+.2f} in the {other}-client section)"
+        + (f" ({there - paper_of(fedem, other_setting):+.2f} in the {other}-client section)"
            if there is not None else "")
         + f". Its curve (`rounds.csv` in its folder) moves {curve[200] - curve[150]:+.2f} points from round 150 to "
         f"200. In the last round {sum(w >= 0.9 for w in weights)} of the {len(weights)} clients that trained put at "
