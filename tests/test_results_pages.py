@@ -1023,6 +1023,58 @@ def test_table4_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_
     assert gen._fedem_t4_note(components, clients) == ""
 
 
+@pytest.mark.parametrize("clients", [20, 100])
+def test_table4_fedem_ft_note_splits_the_fine_tunings_change_by_component(monkeypatch, tmp_path, clients):
+    """Table 4's FedEM-FT note, written only when the cell is far: the change the fine-tuning makes to each
+    client of the FedEM run it scores (the same seed), over all of them and per component of largest mixture
+    weight with its clients' label groups, the column's other FedEM-FT run beside it, and the paper's
+    FedEM-FT over its FedEM, each recomputed here; clients without recorded mixture weights are left out."""
+    gen = _generator()
+    paper = paper_csv()
+    setting, folder = {100: ("FMNIST/100clients_frac0.3", "table1_fmnist_100clients"),
+                       20: ("FMNIST/20clients_frac1.0", "table1_fmnist")}[clients]
+    ft_paper = paper[("FedPAC", "4", setting, "FedEM-FT (M=5)", "acc")]
+    fedem_paper = paper[("FedPAC", "4", setting, "FedEM (M=5)", "acc")]
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+
+    def write(components, final, tuned, pi, ids, seed_folder=""):
+        base = tmp_path / folder / f"fedem__m_{components}" / seed_folder
+        base.mkdir(parents=True)
+        (base / "results.json").write_text(json.dumps({
+            "status": "finished", "seed": 0, "final_per_client": final,
+            "last_round": {"pi": pi, "client_ids": ids}}))
+        ft = tmp_path / folder / f"fedem_ft__m_{components}" / seed_folder / f"from_fedem__m_{components}.json"
+        ft.parent.mkdir(parents=True)
+        ft.write_text(json.dumps({"seed": 0, "personalized_history": [{"round": 200, "accuracy": tuned}]}))
+
+    one_hot = [[1.0 if m == c else 0.0 for m in range(5)] for c in range(5)]
+    # clients 0..4 (label groups 0..4) each on their own component; client 5 trained in no recorded round
+    mean = (ft_paper - 2.0) / 100
+    final = [mean + 0.01, mean + 0.01, mean + 0.01, mean + 0.01, mean + 0.02, mean]
+    tuned = [mean, mean, mean, mean, mean, mean]
+    assert gen._fedem_ft_note(5, clients) == ""  # no run yet
+    write(5, final, tuned, one_hot, [0, 1, 2, 3, 4], "seed0" if clients == 100 else "")
+    note = gen._fedem_ft_note(5, clients)
+    assert note.startswith("**FedEM-FT (M=5)** ends 2.00 points under the paper.")
+    assert "seed-0 clients by -1.20 points on average (0 of the 5 that trained in the last round go up, 5 down)" in note
+    assert f"the paper's FedEM-FT (M=5) is {ft_paper - fedem_paper:+.2f} from its FedEM (M=5)" in note
+    assert ("1 client of label group {0}, -1.00; 1 client of label group {1}, -1.00; 1 client of label group {2}, "
+            "-1.00; 1 client of label group {3}, -1.00; 1 client of label group {4}, -2.00.") in note
+    assert "Over these" not in note  # no component serves several label groups
+    # the M=3 run: clients 0, 1, 2 on one component (label groups 0, 1, 2), 3 and 4 alone
+    three = [[1.0, 0.0, 0.0]] * 3 + [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    write(3, [0.8] * 6, [0.82, 0.83, 0.84, 0.79, 0.8, 0.5], three, [0, 1, 2, 3, 4])
+    note = gen._fedem_ft_note(5, clients)
+    assert ("In the FedEM (M=3) run it scores for FedEM-FT (M=3): 3 clients of label groups {0, 1, 2}, +3.00; "
+            "1 client of label group {3}, -1.00; 1 client of label group {4}, +0.00.") in note
+    assert ("fine-tuning moves a component that serves one label group by -2.00 to +0.00 points and one that "
+            "serves several by +3.00: it gains") in note
+    assert "as every component has here." in note
+    ft = next((tmp_path / folder / "fedem_ft__m_5").glob("**/from_fedem__m_5.json"))
+    ft.write_text(json.dumps({"seed": 0, "personalized_history": [{"round": 200, "accuracy": [ft_paper / 100 - 0.014] * 6}]}))
+    assert gen._fedem_ft_note(5, clients) == ""  # 1.40 under the paper: within the tolerance, no note
+
+
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
     """Table 3's pFedMe note, written only when the cell is far: its curve's last 50 rounds, and how far it
     moves from Table 1's pFedMe, ours and the paper's, beside the range of the paper's other methods' moves
