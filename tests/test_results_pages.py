@@ -970,7 +970,8 @@ def test_table6_fedem_note_compares_the_papers_two_tables(monkeypatch):
     assert gen._fedem_t6_note() == ""
 
 
-@pytest.mark.parametrize("clients, components, ft_folder", [(100, 3, ""), (100, 5, "seed0/"), (20, 5, "")])
+@pytest.mark.parametrize("clients, components, ft_folder", [(100, 3, ""), (100, 5, "seed0/"), (20, 3, ""),
+                                                          (20, 5, "")])
 def test_table4_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_path, clients, components,
                                                                ft_folder):
     """Table 4's FedEM notes (100 clients, M=3 and M=5; 20 clients, M=5), written only when the cell is far: its
@@ -1005,9 +1006,13 @@ def test_table4_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_
     assert ("2 of the 3 clients that trained put at least 0.9 of their mixture weight on one component and the "
             "others at least 0.80") in note
     hyp = paper[("FedPAC", "4", setting, hypcluster, "acc")]
-    assert f"it ends +1.00 from our {hypcluster} here (the paper's {hypcluster} is {hyp - here:+.2f}" in note
+    assert (f"it ends +1.00 from our {hypcluster} here and {here + 2.0 - hyp:+.2f} from the paper's (the paper's "
+            f"{hypcluster} is {hyp - here:+.2f}") in note
     fedavg = paper[("FedPAC", "1", setting, "FedAvg", "acc")]
     assert f"The paper's FedEM is {here - fedavg:+.2f} from its FedAvg in this column, ours +3.00" in note
+    # the page's first FedEM note (20 clients, M=3) gives the reading; the others point back to it
+    assert ("(a mixture of near-global models, which lands near FedAvg), ours as a clustered one."
+            in note) == ((clients, components) == (20, 3))
     assert "FedEM-FT" not in note
     ft = tmp_path / f"{folder}/fedem_ft__m_{components}/{ft_folder}from_fedem__m_{components}.json"
     ft.parent.mkdir(parents=True)
@@ -1019,6 +1024,10 @@ def test_table4_fedem_note_reads_its_run_and_the_papers_column(monkeypatch, tmp_
                                                               "after the full 200 rounds. Its curve")
     assert "HypCluster" not in gen._fedem_t4_note(components, clients)
     assert "FedAvg" not in gen._fedem_t4_note(components, clients)
+    run["last_round"]["pi"] = [[0.92, 0.08, 0.0] + pad, [0.0, 1.0, 0.0] + pad]  # every client on one component
+    assert ("In the last round every one of the 2 clients that trained put at least 0.92 of its mixture weight on "
+            "one component (`last_round.pi`") in gen._fedem_t4_note(components, clients)
+    assert "so it acts as a clustered model" in gen._fedem_t4_note(components, clients)
     run["final_accuracy"]["mean"] = here + 1.4  # within the tolerance: no note
     assert gen._fedem_t4_note(components, clients) == ""
 
