@@ -412,17 +412,30 @@ def _t8_ditto_note() -> str:
         "stopped, so its gap is not a final verdict.")
 
 
-# The 20-client APFL cell, more than 1.5 points under the paper after the full 200 rounds.
-APFL_T1_DIAGNOSIS = (
-    "**APFL**, complete and more than 1.5 points from the paper, is not a truncated run: its curve "
-    "(`rounds.csv` in its folder) gains 0.8 points from round 110 to 200 and 0.1 over the last 20. Its rule "
-    "matches the spec (`docs/algorithms/personal.md`): FedPAC's Appendix B.3 fixes alpha = 0.25, "
-    "which we read, as APFL's paper writes it, as the personal model's share of the mixture. The appendix does "
-    "not say which model alpha weighs, and the paper's baselines are not released. The diagnosis section "
-    "\"APFL: which model alpha weighs\" below runs the other reading, alpha = 0.75, and it ends further from "
-    "the paper, so the reading of alpha is not the gap. Our APFL keeps alpha fixed, as FedPAC tuned it; APFL's "
-    "own adaptive update of alpha, which the appendix does not mention, is the one part of the method we do "
-    "not run (`docs/algorithms/personal.md`).")
+def _apfl_t1_note() -> str:
+    """The 20-client APFL cell, once it has finished more than 1.5 points from the paper: its curve, the rule
+    against the spec, and the other reading of alpha (the diagnosis section's run, when it has finished)."""
+    ours = _mean_final("table1_fmnist/apfl")
+    here = paper_numbers()[("FedPAC", "1", FMNIST20, "APFL", "acc")]
+    if ours is None or abs(round(ours - here, 2)) <= FAR:
+        return ""
+    other = _mean_final("table1_apfl_check/apfl__alpha_0_75")
+    if other is None:
+        reading = "has not finished yet"
+    else:
+        further = abs(other - here) > abs(ours - here)
+        reading = (f"ends at {other:.2f}, {other - here:+.2f} from the paper, "
+                   + ("further from it, so the reading of alpha is not the gap" if further
+                      else "nearer to it, so the reading of alpha accounts for part of the gap"))
+    return (
+        f"**APFL** ends {abs(ours - here):.2f} points {'under' if ours < here else 'above'} the paper after the "
+        "full 200 rounds. " + _not_truncated("table1_fmnist/apfl", here) + " Its rule matches the spec "
+        "(`docs/algorithms/personal.md`): FedPAC's Appendix B.3 fixes alpha = 0.25, which we read, as APFL's "
+        "paper writes it, as the personal model's share of the mixture. The appendix does not say which model "
+        "alpha weighs, and the paper's baselines are not released. The diagnosis section \"APFL: which model "
+        f"alpha weighs\" below runs the other reading, alpha = 0.75, and it {reading}. Our APFL keeps alpha "
+        "fixed, as FedPAC tuned it; APFL's own adaptive update of alpha, which the appendix does not mention, is "
+        "the one part of the method we do not run (`docs/algorithms/personal.md`).")
 
 
 def _apfl_100_note() -> str:
@@ -521,7 +534,7 @@ FEDPAC_TABLE1 = Page(
             ("pFedHN", "table1_fmnist/pfedhn", "pflax", T1_20 + "pfedhn.toml"),
             ("FedPAC", "table2_fmnist/both", "pflax", "fedpac/table2_fmnist/both.toml"),
         ]), paper_rounds=200,
-            note=" ".join(t for t in (APFL_T1_DIAGNOSIS, _fedbabu_20_note(), _pfedme_20_note()) if t)),
+            note=" ".join(t for t in (_apfl_t1_note(), _fedbabu_20_note(), _pfedme_20_note()) if t)),
         Section("APFL: which model alpha weighs", (
             Row("APFL, alpha 0.25 on the personal model (the cell above)", ("table1_fmnist/apfl",), FINAL,
                 ("FedPAC", "1", FMNIST20, "APFL", "acc"), run_file="fedpac/table1_fmnist/apfl.toml"),
@@ -1173,18 +1186,44 @@ FEDPAC_TABLE8 = Page(
     ),
 )
 
-# The rotation FedBABU cell, under the paper after the full 200 rounds.
 T10_SETTING = "FMNIST/feature_skew_rotation_20clients"
-FEDBABU_T10_DIAGNOSIS = (
-    "**FedBABU** ends 2.2 points under the paper after the full 200 rounds. It is not a truncated run: its curve "
-    "(`rounds.csv` in its folder) gains 0.7 points from round 100 to 200 and swings by up to 1.4 points between "
-    "evaluations (each evaluation fine-tunes afresh from the frozen head), and its best evaluation after round "
-    "100, 79.75, is still 1.54 under. Its rule matches the spec (`docs/algorithms/sharing.md`): the head is frozen "
-    "at its random initialisation and shared, the body alone is trained and averaged, and each client "
-    "fine-tunes the whole model for 5 epochs before it is scored. FedPAC does not say how its FedBABU "
-    "fine-tunes; the diagnosis section \"FedBABU: how its clients fine-tune\" below scores the same run's "
-    "final state with the head alone fine-tuned, with 1 epoch and with 10, and none comes within 1.5 points of "
-    "the paper (10 epochs: 79.66), so the fine-tuning choice is not the gap.")
+# The diagnosis section's ways for FedBABU's clients to fine-tune at evaluation: (label, cell folder).
+FEDBABU_T10_FINETUNES = (("head only, 5 epochs", "fedbabu__finetune_head"),
+                         ("whole model, 1 epoch", "fedbabu__finetune_1_epoch"),
+                         ("whole model, 10 epochs", "fedbabu__finetune_10_epochs"))
+
+
+def _fedbabu_t10_note() -> str:
+    """The rotation FedBABU cell, once it has finished more than 1.5 points from the paper: its curve, how far
+    its evaluations swing, its rule against the spec, and the diagnosis section's other fine-tunings."""
+    ours = _mean_final("table10_fmnist/fedbabu")
+    here = paper_numbers()[("FedPAC", "10", T10_SETTING, "FedBABU", "acc")]
+    if ours is None or abs(round(ours - here, 2)) <= FAR:
+        return ""
+    curve = _seeds_curve(_finished_runs("table10_fmnist/fedbabu"))
+    rounds = sorted(r for r in curve if r >= 100)
+    swing = max(abs(curve[b] - curve[a]) for a, b in zip(rounds, rounds[1:]))
+    others = {label: _cell_number(f"table10_fmnist/{cell}/from_fedbabu.json") for label, cell in FEDBABU_T10_FINETUNES}
+    others = {label: v for label, v in others.items() if v is not None}
+    near = [label for label, v in others.items() if abs(round(v - here, 2)) <= FAR]
+    closest = min(others, key=lambda label: abs(others[label] - here)) if others else None
+    text = (
+        f"**FedBABU** ends {abs(ours - here):.2f} points {'under' if ours < here else 'above'} the paper after "
+        "the full 200 rounds. " + _not_truncated("table10_fmnist/fedbabu", here) + " From round 100 on, it swings "
+        f"by up to {swing:.2f} points between evaluations (each evaluation fine-tunes afresh from the frozen "
+        "head). Its rule matches the spec (`docs/algorithms/sharing.md`): the head is frozen at its random "
+        "initialisation and shared, the body alone is trained and averaged, and each client fine-tunes the "
+        "whole model for 5 epochs before it is scored. FedPAC does not say how its FedBABU fine-tunes")
+    if closest is not None:
+        text += (f"; the diagnosis section \"FedBABU: how its clients fine-tune\" below scores the same run's "
+                 "final state with the head alone fine-tuned, with 1 epoch and with 10, and "
+                 + ("none comes within 1.5 points of the paper" if not near
+                    else ", ".join(near) + " come" + "s" * (len(near) == 1) + " within 1.5 points of the paper")
+                 + f" (the closest, {closest}: {others[closest]:.2f})"
+                 + (", so the fine-tuning choice is not the gap" if not near else "") + ".")
+    else:
+        text += "."
+    return text
 
 
 def _fedbabu_t10_table1_clause() -> str:
@@ -1350,7 +1389,7 @@ FEDPAC_TABLE10 = Page(
             ("FedPAC", "10", T10_SETTING), [
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")],
-            diagnosis=(FEDBABU_T10_DIAGNOSIS + " " + _fedbabu_t10_table1_clause()
+            diagnosis=(_fedbabu_t10_note() + " " + _fedbabu_t10_table1_clause()
                        + (" " + _t10_fedpac_note()).rstrip() + (" " + _t10_ditto_note()).rstrip())),
         Section("FedBABU: how its clients fine-tune", (
             Row("FedBABU, whole model, 5 epochs (the cell above)", ("table10_fmnist/fedbabu",), FINAL,
@@ -1358,9 +1397,7 @@ FEDPAC_TABLE10 = Page(
             *(Row(label, (f"table10_fmnist/{cell}/from_fedbabu.json",), LAST_EVAL,
                   ("FedPAC", "10", T10_SETTING, "FedBABU", "acc"), kind="fedavg_eval",
                   run_file=f"fedpac/table10_fmnist/{cell}.toml")
-              for label, cell in (("FedBABU, head only, 5 epochs", "fedbabu__finetune_head"),
-                                  ("FedBABU, whole model, 1 epoch", "fedbabu__finetune_1_epoch"),
-                                  ("FedBABU, whole model, 10 epochs", "fedbabu__finetune_10_epochs")))),
+              for label, cell in ((f"FedBABU, {how}", cell) for how, cell in FEDBABU_T10_FINETUNES))),
             paper_rounds=200, counted=False, diagnosis=True,
             why_not="a diagnosis of the FedBABU cell: other ways for its clients to fine-tune at evaluation",
             note="Each row below the first is the first row's run, scored after its last round with another "
@@ -1450,28 +1487,75 @@ _COLLAB_INTRO = (
     "official repository's solved structure, {0-4}, {5-9}, {10-19}, is the same); the paper's seeds each "
     "estimate their own distances.")
 
-COLLAB_T1_DIAGNOSIS = (
-    "Cells more than 1.5 points from the paper, diagnosed. Every base runs the official port's rule "
-    "(https://github.com/baowenxuan/FedCollab, `src/algorithm/`): Finetune's two fine-tuning steps, Per-FedAvg's "
-    "halved minibatches, pFedMe's inner problem restarted from the local model (the run files' comments say "
-    "which option follows which line). **Finetune**: the small clients' accuracy after the two fine-tuning "
-    "steps swings from seed to seed. The paper's own spread over its 5 seeds is 3 to 4 points; ours over 5 "
-    "seeds is 5.0, seed 0 about 11 points under the other four. The gap, 2.7 points, is within one such "
-    "spread. (Per-FedAvg, whose small clients adapt the same way, is within 1.5 points over 5 seeds.) "
-    "**pFedMe** is not explained. The paper's own IPR (47) and RSD (33.71, the spread of each client's "
-    "accuracy minus its Local accuracy) for pFedMe are close to its Per-FedAvg's (49, 37.35), whose small "
-    "clients stay near 0 %, and far from its Ditto's (48, 20.29); with its mean of 55.31 they put the paper's "
-    "small clients near a fifth of their test images, its large clients as high as every method's. Ours keep "
-    "about half, in every seed, as Ditto's do (the two sections below, not counted, split every base into "
-    "the large and the small clients). The official client (`src/algorithm/pFedMe.py`) was checked line by "
-    "line against pflax's: for every minibatch K = 5 plain SGD steps of lr 0.1 on the loss plus "
-    "(lambda / 2) ||theta - w||^2 from the local model w, then w <- w - lr * lambda * (w - theta); the "
-    "personal model evaluated is the last minibatch's theta; the server averages the uploaded w weighted by "
-    "training size. The paper states no pFedMe setting. The sections \"pFedMe under other settings\" below "
-    "(not counted) test settings that keep the personal model closer to the global one: smaller personal "
-    "learning rates, and pFedMe's own lambda = 15 (at the official personal lr 0.1, lambda = 15 diverges in "
-    "round 0). The small clients' accuracy, and with it the mean, moves with the personal lr between "
-    "FedAvg's level and ours; the paper's number lies within that range.")
+def _collab_t1_note() -> str:
+    """The Acc cells of FedCollab's Table 1 bases more than 1.5 points from the paper, diagnosed once their
+    runs have finished: Finetune's spread over seeds beside the paper's, and pFedMe's small clients, read from
+    the paper's IPR and RSD and from ours; Per-FedAvg, which adapts as Finetune does, beside them."""
+    paper = paper_numbers()
+
+    def of(method: str, metric: str) -> float:
+        return paper[("FedCollab", "1", "LabelShift_FMNIST", method, metric)]
+
+    def small(run: dict) -> float:  # clients 10-19 are the small ones
+        return 100 * statistics.fmean(run["final_per_client"][10:])
+
+    finetune, perfedavg, pfedme, ditto = (_finished_runs(f"fedcollab_table1_fmnist/{cell}")
+                                          for cell in ("finetune", "perfedavg", "pfedme", "ditto"))
+    parts = []
+    if len(finetune) > 1:
+        seeds = [r["final_accuracy"]["mean"] for r in finetune]
+        gap, spread = statistics.fmean(seeds) - of("Finetune", "Acc_mean"), statistics.pstdev(seeds)
+        low = min(range(len(seeds)), key=seeds.__getitem__)
+        rest = statistics.fmean(v for i, v in enumerate(seeds) if i != low)
+        if abs(round(gap, 2)) > FAR:
+            parts.append(
+                "**Finetune**: the small clients' accuracy after the two fine-tuning steps swings from seed to "
+                f"seed. The paper's standard deviation over its 5 seeds is {of('Finetune', 'Acc_std'):.2f} "
+                f"(its Per-FedAvg's {of('Per-FedAvg', 'Acc_std'):.2f}); ours over {len(seeds)} seeds is "
+                f"{spread:.2f}, seed {finetune[low].get('seed', low)} {rest - seeds[low]:.2f} points under the "
+                f"mean of the others. The gap, {abs(gap):.2f} points, is "
+                + ("within" if abs(gap) <= spread else "more than") + " one such standard deviation."
+                + (f" (Per-FedAvg, whose small clients adapt the same way, is "
+                   f"{statistics.fmean(r['final_accuracy']['mean'] for r in perfedavg) - of('Per-FedAvg', 'Acc_mean'):+.2f} "
+                   f"from the paper over {len(perfedavg)} seeds.)" if perfedavg else ""))
+    ours = _mean_of_finals(pfedme)
+    if ours is not None and abs(round(ours - of("pFedMe", "Acc_mean"), 2)) > FAR:
+        large = statistics.fmean(100 * statistics.fmean(r["final_per_client"][:10]) for r in pfedme)
+        implied = 2 * of("pFedMe", "Acc_mean") - large  # ten small and ten large clients, equal weights
+        text = (
+            "**pFedMe** is not explained. The paper's own IPR "
+            f"({of('pFedMe', 'IPR_mean'):.0f}) and RSD ({of('pFedMe', 'RSD_mean'):.2f}, the spread of each "
+            "client's accuracy minus its Local accuracy) for pFedMe are close to its Per-FedAvg's "
+            f"({of('Per-FedAvg', 'IPR_mean'):.0f}, {of('Per-FedAvg', 'RSD_mean'):.2f}), whose small clients stay "
+            f"near 0 %, and far from its Ditto's ({of('Ditto', 'IPR_mean'):.0f}, {of('Ditto', 'RSD_mean'):.2f}). "
+            f"With its mean of {of('pFedMe', 'Acc_mean'):.2f} and large clients at ours ({large:.1f} %), the "
+            f"paper's small clients would average {implied:.1f} %. Ours average "
+            f"{min(map(small, pfedme)):.1f} to {max(map(small, pfedme)):.1f} % over the {len(pfedme)} seeds"
+            + (f", as Ditto's average {min(map(small, ditto)):.1f} to {max(map(small, ditto)):.1f} %" if ditto else "")
+            + " (the two sections below, not counted, split every base into the large and the small clients). "
+            "The official client (`src/algorithm/pFedMe.py`) was checked line by line against pflax's: for every "
+            "minibatch K = 5 plain SGD steps of lr 0.1 on the loss plus (lambda / 2) ||theta - w||^2 from the "
+            "local model w, then w <- w - lr * lambda * (w - theta); the personal model evaluated is the last "
+            "minibatch's theta; the server averages the uploaded w weighted by training size. The paper states "
+            "no pFedMe setting. The sections \"pFedMe under other settings\" below (not counted) test settings "
+            "that keep the personal model closer to the global one: smaller personal learning rates, and "
+            "pFedMe's own lambda = 15 (at the official personal lr 0.1, lambda = 15 diverges in round 0).")
+        variants = [v for v in (_mean_final(folder) for _, folder, _ in _PFEDME_VARIANTS) if v is not None]
+        fedavg = _mean_final("fedcollab_table1_fmnist/fedavg")
+        if len(variants) > 1 and fedavg is not None:
+            inside = min(variants) <= of("pFedMe", "Acc_mean") <= max(variants)
+            text += (f" Over them the mean moves from {min(variants):.2f} to {max(variants):.2f} (FedAvg: "
+                     f"{fedavg:.2f}), with the small clients' accuracy; the paper's {of('pFedMe', 'Acc_mean'):.2f} "
+                     + ("lies within that range." if inside else "lies outside that range."))
+        parts.append(text)
+    if not parts:
+        return ""
+    return ("Cells more than 1.5 points from the paper, diagnosed. Every base runs the official port's rule "
+            "(https://github.com/baowenxuan/FedCollab, `src/algorithm/`): Finetune's two fine-tuning steps, "
+            "Per-FedAvg's halved minibatches, pFedMe's inner problem restarted from the local model (the run "
+            "files' comments say which option follows which line). " + " ".join(parts))
+
+
 _COLLAB_BASES = (("FedProx", "fedprox"), ("FedNova", "fednova"), ("Finetune", "finetune"),
                  ("Per-FedAvg", "perfedavg"), ("pFedMe", "pfedme"), ("Ditto", "ditto"))
 
@@ -1530,7 +1614,7 @@ FEDCOLLAB_TABLE1 = Page(
                             "fedcollab/fedcollab_table1_fmnist", ("FedCollab", "1", "LabelShift_FMNIST"), [
                                 (label, cell),
                                 ((f"{label} + FedCollab", f"{label}+FedCollab"), f"{cell}__fedcollab")],
-                            metric="Acc_mean")), acc_note=COLLAB_T1_DIAGNOSIS)
+                            metric="Acc_mean")), acc_note=_collab_t1_note())
     + tuple(_collab_client_group(title, clients) for title, clients in (
         ("Acc of the large clients (0-9)", "[:10]"), ("Acc of the small clients (10-19)", "[10:]")))
     + (_pfedme_check("pFedMe under other settings: Acc", "", paper=True),

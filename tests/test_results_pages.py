@@ -1084,6 +1084,112 @@ def test_table4_fedem_ft_note_splits_the_fine_tunings_change_by_component(monkey
     assert gen._fedem_ft_note(5, clients) == ""  # 1.40 under the paper: within the tolerance, no note
 
 
+def _finished(curve: dict[int, float], mean: float) -> dict:
+    """A finished run's results file with one client, its curve (round -> %) and its final mean."""
+    return {"status": "finished", "final_accuracy": {"mean": mean},
+            "personalized_history": [{"round": r, "accuracy": [a / 100]} for r, a in sorted(curve.items())]}
+
+
+def test_table1_apfl_note_reads_its_curve_and_the_other_reading_of_alpha(monkeypatch):
+    """Table 1's 20-client APFL note, written only when the cell is far: the gap, the curve's last 50 rounds
+    and best evaluation after round 100, and the alpha = 0.75 run's gap, nearer or further, recomputed here."""
+    gen = _generator()
+    here = paper_csv()[("FedPAC", "1", "FMNIST/20clients_frac1.0", "APFL", "acc")]
+    run = _finished({100: here - 3.0, 150: here - 2.5, 180: here - 1.5, 200: here - 2.0}, here - 2.0)
+    finals = {"table1_fmnist/apfl": here - 2.0}
+    monkeypatch.setattr(gen, "_mean_final", finals.get)
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: [run] if cell == "table1_fmnist/apfl" else [])
+    note = gen._apfl_t1_note()
+    assert note.startswith("**APFL** ends 2.00 points under the paper after the full 200 rounds. It is not a "
+                           "truncated run")
+    assert "moves +0.50 points from round 150 to 200" in note
+    assert f"its best evaluation after round 100, {here - 1.5:.2f} at round 180, is still 1.50 under" in note
+    assert "alpha = 0.75, and it has not finished yet." in note
+    finals["table1_apfl_check/apfl__alpha_0_75"] = here - 3.0
+    assert (f"alpha = 0.75, and it ends at {here - 3.0:.2f}, -3.00 from the paper, further from it, so the "
+            "reading of alpha is not the gap.") in gen._apfl_t1_note()
+    finals["table1_apfl_check/apfl__alpha_0_75"] = here - 1.0
+    assert "nearer to it, so the reading of alpha accounts for part of the gap." in gen._apfl_t1_note()
+    finals["table1_fmnist/apfl"] = here - 1.5  # within the tolerance: no note
+    assert gen._apfl_t1_note() == ""
+
+
+def test_table10_fedbabu_note_reads_its_swing_and_the_other_fine_tunings(monkeypatch):
+    """Table 10's FedBABU note, written only when the cell is far: the gap, the curve, the largest move
+    between evaluations from round 100 on, and the diagnosis section's fine-tunings, none or some within the
+    tolerance, with the closest named, recomputed here."""
+    gen = _generator()
+    here = paper_csv()[("FedPAC", "10", "FMNIST/feature_skew_rotation_20clients", "FedBABU", "acc")]
+    curve = {90: here - 9.0, 100: here - 3.0, 150: here - 1.8, 160: here - 3.0, 200: here - 2.5}
+    run = _finished(curve, here - 2.5)
+    monkeypatch.setattr(gen, "_mean_final", {"table10_fmnist/fedbabu": here - 2.5}.get)
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: [run] if cell == "table10_fmnist/fedbabu" else [])
+    tuned = {}
+    monkeypatch.setattr(gen, "_cell_number", lambda source: tuned.get(source.split("/")[1]))
+    note = gen._fedbabu_t10_note()
+    assert note.startswith("**FedBABU** ends 2.50 points under the paper after the full 200 rounds.")
+    assert "moves -0.70 points from round 150 to 200" in note
+    assert "swings by up to 1.20 points between evaluations" in note  # 150 -> 160; 90 -> 100 is before round 100
+    assert note.endswith("FedPAC does not say how its FedBABU fine-tunes.")  # no fine-tuning run yet
+    tuned.update(fedbabu__finetune_head=here - 4.0, fedbabu__finetune_1_epoch=here - 3.0,
+                 fedbabu__finetune_10_epochs=here - 2.0)
+    assert ("and none comes within 1.5 points of the paper (the closest, whole model, 10 epochs: "
+            f"{here - 2.0:.2f}), so the fine-tuning choice is not the gap.") in gen._fedbabu_t10_note()
+    tuned["fedbabu__finetune_1_epoch"] = here - 0.5
+    assert ("and whole model, 1 epoch comes within 1.5 points of the paper (the closest, whole model, 1 epoch: "
+            f"{here - 0.5:.2f}).") in gen._fedbabu_t10_note()
+    monkeypatch.setattr(gen, "_mean_final", {"table10_fmnist/fedbabu": here - 1.5}.get)
+    assert gen._fedbabu_t10_note() == ""  # within the tolerance: no note
+
+
+def test_fedcollab_table1_note_reads_the_seeds_and_the_papers_ipr_and_rsd(monkeypatch):
+    """FedCollab Table 1's note, written for the far Acc cells only: Finetune's spread over seeds against the
+    paper's standard deviation, and pFedMe's small clients (10-19), implied by the paper's mean and our large
+    clients, against ours and Ditto's, and the mean over the other pFedMe settings, each recomputed here from
+    the runs and paper_numbers.csv."""
+    gen = _generator()
+    paper = paper_csv()
+
+    def of(method, metric):
+        return paper[("FedCollab", "1", "LabelShift_FMNIST", method, metric)]
+
+    def seed(k, large, small):
+        return {"status": "finished", "seed": k, "final_per_client": [large / 100] * 10 + [small / 100] * 10,
+                "final_accuracy": {"mean": (large + small) / 2}}
+
+    ft = of("Finetune", "Acc_mean")
+    runs = {"finetune": [seed(0, 90, 2 * ft - 90 - 16), seed(1, 90, 2 * ft - 90 - 4), seed(2, 90, 2 * ft - 90 - 4)],
+            "perfedavg": [seed(0, 90, 2 * of("Per-FedAvg", "Acc_mean") - 90 - 2)],
+            "pfedme": [seed(0, 94, 40.0), seed(1, 92, 50.0)],
+            "ditto": [seed(0, 94, 44.0), seed(1, 94, 46.0)]}
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: runs.get(cell.split("/")[1], []))
+    finals = {}
+    monkeypatch.setattr(gen, "_mean_final", finals.get)
+    note = gen._collab_t1_note()
+    assert note.startswith("Cells more than 1.5 points from the paper, diagnosed.")
+    # Finetune's seeds are 8, 2 and 2 points under the paper: mean -4, population std 2.83
+    assert (f"The paper's standard deviation over its 5 seeds is {of('Finetune', 'Acc_std'):.2f} (its "
+            f"Per-FedAvg's {of('Per-FedAvg', 'Acc_std'):.2f}); ours over 3 seeds is 2.83, seed 0 6.00 points under "
+            "the mean of the others. The gap, 4.00 points, is more than one such standard deviation.") in note
+    assert "(Per-FedAvg, whose small clients adapt the same way, is -1.00 from the paper over 1 seeds.)" in note
+    implied = 2 * of("pFedMe", "Acc_mean") - 93.0
+    assert (f"With its mean of {of('pFedMe', 'Acc_mean'):.2f} and large clients at ours (93.0 %), the paper's "
+            f"small clients would average {implied:.1f} %. Ours average 40.0 to 50.0 % over the 2 seeds, as "
+            "Ditto's average 44.0 to 46.0 %") in note
+    assert f"IPR ({of('pFedMe', 'IPR_mean'):.0f}) and RSD ({of('pFedMe', 'RSD_mean'):.2f}," in note
+    assert "Over them" not in note  # no other pFedMe setting has finished
+    finals.update({"fedcollab_table1_fmnist/fedavg": 46.0, "fedcollab_table1_fmnist/pfedme": 69.0,
+                   "fedcollab_table1_pfedme_check/pfedme__personal_lr_0_01": 45.0})
+    assert (f"Over them the mean moves from 45.00 to 69.00 (FedAvg: 46.00), with the small clients' accuracy; the "
+            f"paper's {of('pFedMe', 'Acc_mean'):.2f} lies within that range.") in gen._collab_t1_note()
+    runs["pfedme"] = [seed(0, 90, 2 * of("pFedMe", "Acc_mean") - 90)]  # on the paper's number: no pFedMe part
+    runs["finetune"] = [seed(0, 90, 2 * ft - 90 - 4), seed(1, 90, 2 * ft - 90 - 4)]  # -2.00, std 0
+    note = gen._collab_t1_note()
+    assert "**pFedMe**" not in note and "The gap, 2.00 points, is more than one such standard deviation." in note
+    runs["finetune"] = [seed(0, 90, 2 * ft - 90 - 2), seed(1, 90, 2 * ft - 90 + 2)]  # -1 and +1: no note
+    assert gen._collab_t1_note() == ""
+
+
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
     """Table 3's pFedMe note, written only when the cell is far: its curve's last 50 rounds, and how far it
     moves from Table 1's pFedMe, ours and the paper's, beside the range of the paper's other methods' moves
