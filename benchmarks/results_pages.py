@@ -1767,31 +1767,100 @@ _PICK_INTRO = (
     "Table IV: `fedpick_table4_digits/`); `python benchmarks/paper/run_table.py fedpick/<table>` runs, resumes "
     "and summarises a table.")
 
-# The MNIST cells of Table II more than 1.5 points from the paper.
-FEDPICK_T2_MNIST_DIAGNOSIS = (
-    "Four cells are more than 1.5 points from the paper, all methods that average the encoder's BatchNorm "
-    "layers over the five domains. **FedAvg** and **FedProx** (2.1 and 2.0 under) have flattened (0.1 and 0.2 "
-    "points over their last 5 rounds, mean over seeds); the 300-round section above measures what more rounds give. They share one "
-    "model, BatchNorm statistics included, between MNIST and domains much further from it than the paper's "
-    "(`inverse`, with inverted intensities, where they reach about 50 % and FedBN 84 %), in a CNN of 1/8 the "
-    "paper's width: FedBN, the same rule with BatchNorm local, is 1.1 points above FedAvg here against 0.4 in "
-    "the paper. **FedPer** and **FedRep** keep a local classifier under those averaged statistics; the "
-    "diagnosis section below runs them with BatchNorm local.")
+def _pick_runs(arm: str) -> list[dict]:
+    """The 30-round runs of one arm of the FedPick benchmark on our five domains (one file per seed)."""
+    return [json.loads(p.read_text()) for p in sorted((RESULTS / "fedpick_domains").glob(f"{arm}_seed*.json"))]
 
-# FedPer's and FedRep's MNIST cells, 8.7 and 24.7 points under the paper.
-FEDPICK_BN_DIAGNOSIS = (
-    "FedPer and FedRep are the two MNIST cells furthest from the paper. Rounds do not explain it: FedRep's "
-    "curve (`accuracy_curve` in the files, mean over seeds) is flat at about 70 % from round 5 on, with a spread "
-    "over seeds thirty times FedBN's, and FedPer's climbs 2.3 points from round 10 to 30, as FedAvg's climbs "
-    "3.2, far from its 8.7-point gap. Both average the whole encoder, its BatchNorm layers included, and keep the classifier local, "
-    "as the paper describes them (\"share shallow parameters (e.g., the encoder) while personalizing deep "
-    "parameters (e.g., the classifier)\"); the paper does not say how their BatchNorm layers are treated. Each "
-    "client's classifier is then fitted to its own domain's feature statistics but evaluated under the running "
-    "statistics averaged over five domains, which our stand-in domains (one with inverted intensities) make far "
-    "apart. The same rules with the encoder's BatchNorm kept local, as FedPick and FedBN keep it "
-    "(`python benchmarks/paper/run_table.py fedpick/fedpick_table2_local_bn_check`), reach FedAvg's level on "
-    "MNIST, and on the inverted domain they rise from under 40 % to about 90 % (`best_per_domain[2]`). The gap "
-    "is the BatchNorm statistics shared across domains, a choice the paper leaves open, not the rules' training.")
+
+def _pick_best(arm: str, domain: int = 0) -> list[float]:
+    """Each seed's best accuracy on one domain (0 is MNIST) over the run's evaluations, as the cells count it."""
+    return [run["best_per_domain"][domain] for run in _pick_runs(arm)]
+
+
+def _pick_curve(arm: str, domain: int = 0) -> dict[int, float]:
+    """Round -> accuracy (%) on one domain, mean over the arm's seeds, at each evaluation."""
+    runs = _pick_runs(arm)
+    return {r: statistics.fmean(run["accuracy_curve"][i][domain] for run in runs)
+            for i, r in enumerate(runs[0]["eval_rounds"])} if runs else {}
+
+
+def _pick_gap(arm: str) -> float:
+    """An arm's Table II MNIST cell at 30 rounds minus the paper's number."""
+    label = {"fedper_local_bn": "FedPer", "fedrep_local_bn": "FedRep"}.get(arm) or _ARM_LABELS[arm]
+    return statistics.fmean(_pick_best(arm)) - paper_numbers()[("FedPick", "II", "Digits5/MNIST", label,
+                                                                "best_acc_mean")]
+
+
+# The arms whose encoder, BatchNorm layers included, is averaged over the five domains.
+_PICK_SHARED_BN = ("fedavg", "fedprox", "fedper", "fedrep")
+
+
+def _fedpick_t2_mnist_note() -> str:
+    """The 30-round MNIST cells of Table II more than 1.5 points from the paper, once the arms have run:
+    FedAvg's and FedProx's flattened curves and their inverted domain beside FedBN's, and FedPer and FedRep
+    pointed to the BatchNorm diagnosis below."""
+    arms = ("fedavg", "fedprox", "fedper", "fedrep", "fedbn")
+    if not all(_pick_runs(arm) for arm in arms):
+        return ""
+    far = [arm for _, arm in _T2_ARMS if _pick_runs(arm) and abs(round(_pick_gap(arm), 2)) > FAR]
+    if not far:
+        return ""
+    paper = paper_numbers()
+    fedbn_gain = statistics.fmean(_pick_best("fedbn")) - statistics.fmean(_pick_best("fedavg"))
+    paper_gain = (paper[("FedPick", "II", "Digits5/MNIST", "FedBN", "best_acc_mean")]
+                  - paper[("FedPick", "II", "Digits5/MNIST", "FedAvg", "best_acc_mean")])
+    last = {arm: _pick_curve(arm) for arm in ("fedavg", "fedprox")}
+    moves = [c[max(c)] - c[sorted(c)[-2]] for c in last.values()]
+    inverse = [statistics.fmean(_pick_best(arm, 2)) for arm in ("fedavg", "fedprox", "fedbn")]
+    count = ("One cell is" if len(far) == 1 else
+             f"{('Two', 'Three', 'Four', 'Five', 'Six', 'Seven', 'Eight')[len(far) - 2]} cells are")
+    return (
+        f"{count} more than 1.5 points from the paper"
+        + (", all methods that average the encoder's BatchNorm layers over the five domains"
+           if set(far) <= set(_PICK_SHARED_BN) else ": " + ", ".join(_ARM_LABELS[a] for a in far))
+        + f". **FedAvg** and **FedProx** ({-_pick_gap('fedavg'):.1f} and {-_pick_gap('fedprox'):.1f} under) have "
+        f"flattened ({moves[0]:.1f} and {moves[1]:.1f} points over their last 5 rounds, mean over seeds); the "
+        "300-round section above measures what more rounds give. They share one model, BatchNorm statistics "
+        "included, between MNIST and domains much further from it than the paper's (`inverse`, with inverted "
+        f"intensities, where they reach about {statistics.fmean(inverse[:2]):.0f} % and FedBN {inverse[2]:.0f} %), "
+        f"in a CNN of 1/8 the paper's width: FedBN, the same rule with BatchNorm local, is {fedbn_gain:.1f} points "
+        f"above FedAvg here against {paper_gain:.1f} in the paper. **FedPer** and **FedRep** keep a local "
+        "classifier under those averaged statistics; the diagnosis section below runs them with BatchNorm local.")
+
+
+def _fedpick_bn_note() -> str:
+    """FedPer's and FedRep's 30-round MNIST cells, the furthest from the paper, once they and their
+    BatchNorm-local runs have run: their curves beside FedAvg's and FedBN's, and what keeping the encoder's
+    BatchNorm local changes on MNIST and on the inverted domain."""
+    arms = ("fedper", "fedrep", "fedavg", "fedbn", "fedper_local_bn", "fedrep_local_bn")
+    if not all(_pick_runs(arm) for arm in arms):
+        return ""
+    fedrep, fedper, fedavg = _pick_curve("fedrep"), _pick_curve("fedper"), _pick_curve("fedavg")
+    flat = [v for r, v in fedrep.items() if r >= 5]
+    ratio = statistics.pstdev(_pick_best("fedrep")) / statistics.pstdev(_pick_best("fedbn"))
+    shared = [statistics.fmean(_pick_best(arm, 2)) for arm in ("fedper", "fedrep")]
+    local = [statistics.fmean(_pick_best(arm, 2)) for arm in ("fedper_local_bn", "fedrep_local_bn")]
+    mnist_local = [statistics.fmean(_pick_best(arm)) for arm in ("fedper_local_bn", "fedrep_local_bn")]
+    return (
+        "FedPer and FedRep are the two MNIST cells furthest from the paper "
+        f"({-_pick_gap('fedper'):.1f} and {-_pick_gap('fedrep'):.1f} points under). Rounds do not explain it: "
+        f"FedRep's curve (`accuracy_curve` in the files, mean over seeds) stays between {min(flat):.1f} and "
+        f"{max(flat):.1f} % from round 5 on, with a spread over seeds {ratio:.0f} times FedBN's (population "
+        f"standard deviations of the cells), and FedPer's climbs {fedper[30] - fedper[10]:.1f} points from round "
+        f"10 to 30, as FedAvg's climbs {fedavg[30] - fedavg[10]:.1f}, far from its {-_pick_gap('fedper'):.1f}-point "
+        "gap. Both average the whole encoder, its BatchNorm layers included, and keep the classifier local, "
+        "as the paper describes them (\"share shallow parameters (e.g., the encoder) while personalizing deep "
+        "parameters (e.g., the classifier)\"); the paper does not say how their BatchNorm layers are treated. "
+        "Each client's classifier is then fitted to its own domain's feature statistics but evaluated under the "
+        "running statistics averaged over five domains, which our stand-in domains (one with inverted "
+        "intensities) make far apart. The same rules with the encoder's BatchNorm kept local, as FedPick and "
+        "FedBN keep it (`python benchmarks/paper/run_table.py fedpick/fedpick_table2_local_bn_check`), reach "
+        f"{mnist_local[0]:.1f} and {mnist_local[1]:.1f} % on MNIST (FedAvg: "
+        f"{statistics.fmean(_pick_best('fedavg')):.1f}), and on the inverted domain they rise from "
+        f"{shared[0]:.1f} and {shared[1]:.1f} % to {local[0]:.1f} and {local[1]:.1f} % (`best_per_domain[2]`). "
+        "The gap is the BatchNorm statistics shared across domains, a choice the paper leaves open, not the "
+        "rules' training.")
+
 
 _T2_ARMS = (("SingleSet", "single"), ("FedAvg", "fedavg"), ("FedProx", "fedprox"), ("FedPer", "fedper"),
             ("FedRep", "fedrep"), ("LG-FedAvg", "lg_fedavg"), ("FedBN", "fedbn"), ("FedPick", "fedpick"))
@@ -2070,7 +2139,7 @@ def _fedpick_bn_check() -> tuple[Section, ...]:
     return (Section("MNIST: FedPer and FedRep with the encoder's BatchNorm kept local", tuple(rows),
                     paper_rounds=300, counted=False, diagnosis=True,
                     why_not="a diagnosis of the FedPer and FedRep cells: a sharing rule other than theirs",
-                    note=FEDPICK_BN_DIAGNOSIS),)
+                    note=_fedpick_bn_note()),)
 
 
 FEDPICK_TABLE2 = Page(
@@ -2080,35 +2149,43 @@ FEDPICK_TABLE2 = Page(
     data="offline stand-in domains (MNIST is real MNIST)",
     intro=_PICK_INTRO,
     sections=_fedpick("II", [(label, arm, None) for label, arm in _T2_ARMS],
-                      mnist_note=FEDPICK_T2_MNIST_DIAGNOSIS, superseded_by=DIGITS_300)
+                      mnist_note=_fedpick_t2_mnist_note(), superseded_by=DIGITS_300)
     + _fedpick_300() + _fedpick_bn_check()
     + _fedpick_usps() + _fedpick_usps_300() + _fedpick_width1() + _fedpick_width1_300(),
 )
 
-def _wo_lce_at_round(limit: int) -> str:
-    """The w/o L_lce cell as a run of ``limit`` rounds would give it: the best MNIST accuracy over the
-    committed runs' evaluations up to that round, mean over the seeds (a longer run's first rounds are those
-    of the shorter one)."""
-    runs = [json.loads(p.read_text()) for p in sorted((RESULTS / "fedpick_domains").glob("wo_lce_seed*.json"))]
-    best = [max(curve[0] for round_, curve in zip(run["eval_rounds"], run["accuracy_curve"]) if round_ <= limit)
-            for run in runs if run["domains"][0] == "mnist" and limit in run["eval_rounds"]]
-    return f"{sum(best) / len(best):.2f}" if best else "not recorded"
-
-
-# The Table IV cell that runs the paper's length, to measure the truncation of its 30-round cell.
-WO_LCE_DIAGNOSIS = (
-    "**w/o L_lce** runs the paper's 300 rounds (the other arms 30). After 30 rounds, the other arms' length, "
-    f"its MNIST accuracy was {_wo_lce_at_round(30)} (the best over the evaluations up to round 30, mean over "
-    "the seeds, from these runs' `accuracy_curve`), more than 10 points under the paper, and its curve still "
-    "climbed 3 to 4 points every 5 rounds, where "
-    "FedPick, FedBN and every other ablation gained at most a point over their last 10. Without L_lce the "
-    "personal classifier learns only through the distillation term from the global one, while its logits "
-    "are added to the prediction from the first round, so the ensemble starts noisy and catches up slowly. "
-    "The 300-round run measures that truncation: the cell above is its result.")
-
 # Table IV's ablations that ran 30 rounds, in the paper's order (w/o L_lce already ran its 300).
 _T4_ARMS_30 = (("w/o L_ent", "wo_ent"), ("w/o L_dis", "wo_dis"), ("Soft Mask", "soft_mask"),
                ("Share BN", "share_bn"), ("Share PFSM", "share_pfsm"), ("w/o Ensemble", "wo_ensemble"))
+
+
+def _wo_lce_note() -> str:
+    """The w/o L_lce cell of Table IV, which runs the paper's 300 rounds, once its runs have passed round 30:
+    its cell as a 30-round run would give it (the best MNIST accuracy over the evaluations up to round 30, mean
+    over the seeds), its climb over the 5-round steps up to round 30, and the largest gain of the 30-round arms
+    over their last 10 rounds."""
+    runs = [run for run in _pick_runs("wo_lce") if 30 in run["eval_rounds"]]
+    if not runs:
+        return ""
+    at_30 = statistics.fmean(max(curve[0] for round_, curve in zip(run["eval_rounds"], run["accuracy_curve"])
+                                 if round_ <= 30) for run in runs)
+    here = paper_numbers()[("FedPick", "IV", "Digits5/MNIST", "w/o L_lce", "best_acc_mean")]
+    curve = _pick_curve("wo_lce")
+    steps = [curve[r] - curve[r - 5] for r in (20, 25, 30)]
+    others = [arm for arm in ("fedpick", "fedbn", *(a for _, a in _T4_ARMS_30)) if _pick_runs(arm)]
+    gains = [_pick_curve(arm)[30] - _pick_curve(arm)[20] for arm in others]
+    return (
+        "**w/o L_lce** runs the paper's 300 rounds (the other arms 30). After 30 rounds, the other arms' length, "
+        f"its MNIST accuracy was {at_30:.2f} (the best over the evaluations up to round 30, mean over the seeds, "
+        f"from these runs' `accuracy_curve`), {here - at_30:.2f} points under the paper, and its curve (mean over "
+        f"the seeds) still climbed {steps[0]:.1f}, {steps[1]:.1f} and {steps[2]:.1f} points over the 5-round "
+        "steps from round 15 to 30"
+        + (f", where FedPick, FedBN and every other ablation gained at most {max(gains):.1f} points over their "
+           "last 10" if gains else "")
+        + ". Without L_lce the personal classifier learns only through the distillation term from the global "
+        "one, while its logits are added to the prediction from the first round, so the ensemble starts noisy and "
+        "catches up slowly. The 300-round run measures that truncation: the cell above is its result.")
+
 
 
 def _fedpick_table4_300() -> tuple[Section, ...]:
@@ -2139,7 +2216,7 @@ FEDPICK_TABLE4 = Page(
     intro=_PICK_INTRO + " FedPick without PFSM is FedBN.",
     sections=_fedpick("IV", [("FedPick", "fedpick", "fedpick_table2.md"), ("w/o PFSM", "fedbn", "fedpick_table2.md"),
                              ("w/o L_lce", "wo_lce", None)] + [(label, arm, None) for label, arm in _T4_ARMS_30],
-                      mnist_note=WO_LCE_DIAGNOSIS, superseded_by=DIGITS_300, full_length=("wo_lce",))
+                      mnist_note=_wo_lce_note(), superseded_by=DIGITS_300, full_length=("wo_lce",))
     + _fedpick_table4_300(),
 )
 

@@ -1190,6 +1190,88 @@ def test_fedcollab_table1_note_reads_the_seeds_and_the_papers_ipr_and_rsd(monkey
     assert gen._collab_t1_note() == ""
 
 
+def _pick_seed(folder, arm, k, mnist_curve, inverse):
+    """A FedPick benchmark file of one seed: its MNIST curve at rounds 5..30 and its best on `inverse`."""
+    curve = [[a, 50.0, inverse, 50.0, 50.0] for a in mnist_curve]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{arm}_seed{k}.json").write_text(json.dumps({
+        "arm": arm, "seed": k, "eval_rounds": [5, 10, 15, 20, 25, 30], "accuracy_curve": curve,
+        "best_per_domain": [max(mnist_curve), 50.0, inverse, 50.0, 50.0]}))
+
+
+def test_fedpick_table2_notes_read_the_thirty_round_runs(monkeypatch, tmp_path):
+    """FedPick Table II's two MNIST notes: the far cells and their number, FedAvg's and FedProx's last five
+    rounds, the inverted domain beside FedBN's, FedBN's gain over FedAvg against the paper's; FedRep's flat
+    curve and spread against FedBN's, FedPer's climb beside FedAvg's, and the BatchNorm-local runs, each
+    recomputed here from the files written."""
+    gen = _generator()
+    paper = paper_csv()
+
+    def of(method):
+        return paper[("FedPick", "II", "Digits5/MNIST", method, "best_acc_mean")]
+
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    assert gen._fedpick_t2_mnist_note() == "" and gen._fedpick_bn_note() == ""  # no runs yet
+    folder = tmp_path / "fedpick_domains"
+    ramp = [-6.0, -3.0, -2.0, -1.0, -0.5, 0.0]  # each curve ends at its best
+
+    def arm(name, end, inverse, seeds=(0.0, 0.0)):
+        for k, shift in enumerate(seeds):
+            _pick_seed(folder, name, k, [end + shift + r for r in ramp], inverse)
+
+    arm("fedavg", of("FedAvg") - 2.0, 50.0)
+    arm("fedprox", of("FedProx") - 3.0, 52.0)
+    arm("fedper", of("FedPer") - 8.0, 38.0)
+    arm("fedrep", of("FedRep") - 20.0, 40.0, seeds=(-3.0, 3.0))
+    arm("fedbn", of("FedAvg") - 1.0, 84.0, seeds=(-0.1, 0.1))
+    arm("fedper_local_bn", of("FedAvg") - 2.0, 92.0)
+    arm("fedrep_local_bn", of("FedAvg") - 3.0, 90.0)
+    note = gen._fedpick_t2_mnist_note()
+    # FedBN is 1.0 from FedAvg's paper number; against its own paper number it may be far or not
+    far = 4 + (abs(round(of("FedAvg") - 1.0 - of("FedBN"), 2)) > 1.5)
+    assert note.startswith(f"{('Four', 'Five')[far - 4]} cells are more than 1.5 points from the paper")
+    assert "**FedAvg** and **FedProx** (2.0 and 3.0 under) have flattened (0.5 and 0.5 points over" in note
+    assert "where they reach about 51 % and FedBN 84 %" in note
+    assert (f"is 1.0 points above FedAvg here against {of('FedBN') - of('FedAvg'):.1f} in the paper.") in note
+    note = gen._fedpick_bn_note()
+    assert note.startswith("FedPer and FedRep are the two MNIST cells furthest from the paper (8.0 and 20.0 "
+                           "points under).")
+    low, high = of("FedRep") - 20.0 - 6.0, of("FedRep") - 20.0
+    assert f"stays between {low:.1f} and {high:.1f} % from round 5 on, with a spread over seeds 30 times" in note
+    assert "FedPer's climbs 3.0 points from round 10 to 30, as FedAvg's climbs 3.0, far from its 8.0-point" in note
+    assert (f"reach {of('FedAvg') - 2.0:.1f} and {of('FedAvg') - 3.0:.1f} % on MNIST (FedAvg: "
+            f"{of('FedAvg') - 2.0:.1f}), and on the inverted domain they rise from 38.0 and 40.0 % to 92.0 and "
+            "90.0 %") in note
+    for name in ("fedavg", "fedprox", "fedper", "fedrep", "fedbn"):  # every cell within the tolerance
+        for k in (0, 1):
+            (folder / f"{name}_seed{k}.json").unlink()
+        arm(name, of(gen._ARM_LABELS[name]), 50.0)
+    assert gen._fedpick_t2_mnist_note() == ""
+
+
+def test_fedpick_table4_wo_lce_note_reads_its_first_thirty_rounds(monkeypatch, tmp_path):
+    """FedPick Table IV's w/o L_lce note: its cell as a 30-round run would give it (best MNIST accuracy up to
+    round 30, mean over the seeds), its gap then, its 5-round steps from round 15 to 30, and the largest gain of
+    the 30-round arms over their last 10 rounds, each recomputed here from the files written."""
+    gen = _generator()
+    here = paper_csv()[("FedPick", "IV", "Digits5/MNIST", "w/o L_lce", "best_acc_mean")]
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    assert gen._wo_lce_note() == ""
+    folder = tmp_path / "fedpick_domains"
+    for k, shift in enumerate((-1.0, 1.0)):  # a 300-round run: evaluations every 5 rounds to 300
+        curve = [[min(60.0 + 2.0 * i + shift, 97.0), 50.0, 50.0, 50.0, 50.0] for i in range(60)]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"wo_lce_seed{k}.json").write_text(json.dumps({
+            "eval_rounds": list(range(5, 305, 5)), "accuracy_curve": curve, "best_per_domain": [97.0] * 5}))
+    note = gen._wo_lce_note()
+    assert "its MNIST accuracy was 70.00 (the best over" in note  # round 30 is the 6th evaluation: 60 + 10
+    assert f"{here - 70.0:.2f} points under the paper" in note
+    assert "still climbed 2.0, 2.0 and 2.0 points over the 5-round steps from round 15 to 30." in note
+    _pick_seed(folder, "fedbn", 0, [90.0, 91.0, 92.0, 92.5, 93.0, 93.7], 80.0)
+    _pick_seed(folder, "wo_ent", 0, [90.0, 91.0, 92.0, 92.0, 92.0, 92.1], 80.0)
+    assert "every other ablation gained at most 1.2 points over their last 10." in gen._wo_lce_note()
+
+
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
     """Table 3's pFedMe note, written only when the cell is far: its curve's last 50 rounds, and how far it
     moves from Table 1's pFedMe, ours and the paper's, beside the range of the paper's other methods' moves
