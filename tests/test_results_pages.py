@@ -1272,6 +1272,49 @@ def test_fedpick_table4_wo_lce_note_reads_its_first_thirty_rounds(monkeypatch, t
     assert "every other ablation gained at most 1.2 points over their last 10." in gen._wo_lce_note()
 
 
+def test_fedpick_usps_note_reads_the_usps_and_width1_runs(monkeypatch, tmp_path):
+    """FedPick Table II's real-USPS note: every arm's USPS gap (range), SingleSet's on USPS and MNIST, the
+    federated arms' climb from round 20 to 30, and the width-1 runs' gain over seed 0 at width 0.125 with what
+    remains of the gap, each recomputed here from the files written; no note while an arm has no run."""
+    gen = _generator()
+    paper = paper_csv()
+
+    def of(method, domain):
+        return paper[("FedPick", "II", f"Digits5/{domain}", method, "best_acc_mean")]
+
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    assert gen._fedpick_usps_note() == ""
+
+    def write(folder, arm, seed, mnist, usps, climb):
+        # domains mnist, usps, mnistm, inverse, rotated; USPS climbs `climb` from round 20 to 30, peaking at 30
+        steps = [usps - 10.0, usps - 6.0, usps - 4.0, usps - climb, usps - climb / 2, usps]
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / f"{arm}_seed{seed}.json").write_text(json.dumps({
+            "seed": seed, "eval_rounds": [5, 10, 15, 20, 25, 30],
+            "accuracy_curve": [[mnist, u, 50.0, 50.0, 50.0] for u in steps],
+            "best_per_domain": [mnist, usps, 50.0, 50.0, 50.0]}))
+
+    under = {"single": (4.0, 0.3, 0.1), "fedavg": (13.0, 4.0, 1.5), "lg_fedavg": (6.0, 0.5, 1.4),
+             "fedbn": (7.0, 2.5, 1.7), "fedpick": (5.5, 1.0, 1.5)}  # USPS gap, MNIST gap, climb
+    for label, arm in gen._USPS_ARMS:
+        u, m, climb = under[arm]
+        write("fedpick_domains_usps", arm, 0, of(label, "MNIST") - m, of(label, "USPS") - u, climb)
+    note = gen._fedpick_usps_note()
+    assert ("Every method (SingleSet, FedAvg, LG-FedAvg, FedBN, FedPick) is 4.0 to 13.0 points under the paper, "
+            "more than on MNIST,") in note
+    assert "loses 4.0 points here and 0.3 on MNIST" in note
+    assert "from round 20 to 30 they gain 1.40 to 1.70 points" in note and "SingleSet 0.1." in note
+    assert "width-1" not in note  # no width-1 run yet
+    write("fedpick_domains_width1", "fedpick", 0, of("FedPick", "MNIST") - 1.5, of("FedPick", "USPS") - 4.0, 1.0)
+    write("fedpick_domains_width1", "fedbn", 0, of("FedBN", "MNIST") - 2.0, of("FedBN", "USPS") - 4.5, 1.0)
+    note = gen._fedpick_usps_note()
+    assert ("gains 1.5 points on USPS for FedPick and 2.5 for FedBN over the same seed at width 0.125 after the "
+            "same 30 rounds, and under a point on MNIST. The width is thus part of the USPS gap, not most of it. "
+            "What remains, 4.00 to 4.50 points,") in note
+    write("fedpick_domains_usps", "fedavg", 0, 50.0, of("FedAvg", "USPS") + 1.0, 1.0)  # one arm above the paper
+    assert gen._fedpick_usps_note() == ""
+
+
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
     """Table 3's pFedMe note, written only when the cell is far: its curve's last 50 rounds, and how far it
     moves from Table 1's pFedMe, ours and the paper's, beside the range of the paper's other methods' moves
