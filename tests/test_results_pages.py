@@ -1315,6 +1315,25 @@ def test_fedpick_usps_note_reads_the_usps_and_width1_runs(monkeypatch, tmp_path)
     assert gen._fedpick_usps_note() == ""
 
 
+def test_fedcollab_intro_gives_how_far_the_trainer_is_from_the_run_files(monkeypatch, tmp_path):
+    """The FedCollab intro's clause: the largest distance between the trainer's committed Acc means and seed 0
+    of the run files' cells of the same methods, recomputed here."""
+    gen = _generator()
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    assert gen._collab_trainer_agreement() == "are not committed"
+    (tmp_path / "fedcollab_fmnist").mkdir()
+    (tmp_path / "fedcollab_fmnist" / "results.json").write_text(json.dumps({"methods": {
+        "Local": {"Acc": 85.0}, "FedAvg": {"Acc": 47.0}, "FedAvg + FedCollab": {"Acc": 91.0}}}))
+    assert gen._collab_trainer_agreement() == "have no run file's cell to compare with yet"
+    for cell, mean in (("local", 85.25), ("fedavg", 46.5)):
+        for seed, shift in ((0, 0.0), (1, 9.0)):  # seed 1 is not compared
+            folder = tmp_path / "fedcollab_table1_fmnist" / cell / f"seed{seed}"
+            folder.mkdir(parents=True)
+            (folder / "results.json").write_text(json.dumps(
+                {"status": "finished", "seed": seed, "final_accuracy": {"mean": mean + shift}}))
+    assert gen._collab_trainer_agreement() == "are within 0.50 points of seed 0 of theirs on every mean (2 methods)"
+
+
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
     """Table 3's pFedMe note, written only when the cell is far: its curve's last 50 rounds, and how far it
     moves from Table 1's pFedMe, ours and the paper's, beside the range of the paper's other methods' moves
