@@ -490,9 +490,17 @@ def _pfedme_20_note() -> str:
     if not set(other) & set(cell):
         return text + "; it has no evaluation yet."
     last = max(set(other) & set(cell))
-    progress = "" if check_run.get("status") == "finished" else f" (in progress, round {max(other)} of 200)"
-    return text + (f"{progress}: at round {last} it is at {other[last]:.2f}, against {cell[last]:.2f} for the "
-                   "cell's seed 0 at the same round.")
+    finished = check_run.get("status") == "finished" and last == 200
+    progress = "" if finished else f" (in progress, round {max(other)} of 200)"
+    text += (f"{progress}: at round {last} it is at {other[last]:.2f}, against {cell[last]:.2f} for the "
+             "cell's seed 0 at the same round.")
+    if finished:
+        further = abs(other[200] - paper) > abs(cell[200] - paper)
+        text += (f" It ends {other[200] - paper:+.2f} from the paper, "
+                 + ("further from it" if further else "nearer to it")
+                 + f" than the cell's seed 0 ({cell[200] - paper:+.2f}), so the inner step "
+                 + ("is not the gap." if further else "accounts for part of the gap."))
+    return text
 
 
 FEDPAC_TABLE1 = Page(

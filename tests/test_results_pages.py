@@ -1334,6 +1334,40 @@ def test_fedcollab_intro_gives_how_far_the_trainer_is_from_the_run_files(monkeyp
     assert gen._collab_trainer_agreement() == "are within 0.50 points of seed 0 of theirs on every mean (2 methods)"
 
 
+def test_table1_pfedme_note_reads_the_inner_step_check(monkeypatch, tmp_path):
+    """Table 1's 20-client pFedMe note: the check run of the inner step against the cell's seed 0 at their
+    last common evaluation, marked in progress until it has finished; once finished, whether it ends nearer
+    to the paper or further from it, each recomputed here."""
+    gen = _generator()
+    here = paper_csv()[("FedPAC", "1", "FMNIST/20clients_frac1.0", "pFedMe", "acc")]
+    cell = _finished({100: here - 3.0, 150: here - 2.5, 200: here - 2.0}, here - 2.0)
+    cell["seed"] = 0
+    monkeypatch.setattr(gen, "_finished_runs", lambda c: [cell] if c == "table1_fmnist/pfedme" else [])
+    monkeypatch.setattr(gen, "_gain_note", lambda *args: "")
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    assert gen._pfedme_20_note().endswith("0.1 for our 0.01; it has no evaluation yet.")
+    check = tmp_path / gen.PFEDME_CHECK / "results.json"
+    check.parent.mkdir(parents=True)
+    run = _finished({100: here - 4.0, 150: here - 3.5}, here - 3.5)
+    run["status"] = "running"
+    check.write_text(json.dumps(run))
+    assert gen._pfedme_20_note().endswith(
+        f"0.1 for our 0.01 (in progress, round 150 of 200): at round 150 it is at {here - 3.5:.2f}, against "
+        f"{here - 2.5:.2f} for the cell's seed 0 at the same round.")
+    run = _finished({100: here - 4.0, 150: here - 3.5, 200: here - 3.0}, here - 3.0)
+    check.write_text(json.dumps(run))
+    assert gen._pfedme_20_note().endswith(
+        f"at round 200 it is at {here - 3.0:.2f}, against {here - 2.0:.2f} for the cell's seed 0 at the same "
+        "round. It ends -3.00 from the paper, further from it than the cell's seed 0 (-2.00), so the inner step "
+        "is not the gap.")
+    run = _finished({100: here - 4.0, 150: here - 3.5, 200: here - 1.0}, here - 1.0)
+    check.write_text(json.dumps(run))
+    assert gen._pfedme_20_note().endswith("nearer to it than the cell's seed 0 (-2.00), so the inner step "
+                                          "accounts for part of the gap.")
+    cell["final_accuracy"]["mean"] = here - 1.4  # within the tolerance: no note
+    assert gen._pfedme_20_note() == ""
+
+
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
     """Table 3's pFedMe note, written only when the cell is far: its curve's last 50 rounds, and how far it
     moves from Table 1's pFedMe, ours and the paper's, beside the range of the paper's other methods' moves
