@@ -412,21 +412,37 @@ def _t8_ditto_note() -> str:
         "stopped, so its gap is not a final verdict.")
 
 
+APFL_OUTPUTS = "table1_apfl_check/apfl__mixing_outputs"
+APFL_OUTPUTS_SECTION = "APFL: mixing outputs, as the official code does"
+
+
+def _check_reading(check: float | None, ours: float, here: float, what: str) -> str:
+    """How a finished diagnosis run of a far cell ends beside the paper's number ``here``: nearer to it than
+    the cell (``ours``), so ``what`` accounts for part of the gap, or further, so it is not the gap.
+
+    >>> _check_reading(None, 87.0, 89.0, "the mixture")
+    'has not finished yet'
+    >>> _check_reading(88.5, 87.0, 89.0, "the mixture")
+    'ends at 88.50, -0.50 from the paper, nearer to it, so the mixture accounts for part of the gap'
+    """
+    if check is None:
+        return "has not finished yet"
+    further = abs(check - here) > abs(ours - here)
+    return (f"ends at {check:.2f}, {check - here:+.2f} from the paper, "
+            + (f"further from it, so {what} is not the gap" if further
+               else f"nearer to it, so {what} accounts for part of the gap"))
+
+
 def _apfl_t1_note() -> str:
     """The 20-client APFL cell, once it has finished more than 1.5 points from the paper: its curve, the rule
-    against the spec, and the other reading of alpha (the diagnosis section's run, when it has finished)."""
+    against the spec, the other reading of alpha and the official code's mixture of outputs (the diagnosis
+    sections' runs, when they have finished)."""
     ours = _mean_final("table1_fmnist/apfl")
     here = paper_numbers()[("FedPAC", "1", FMNIST20, "APFL", "acc")]
     if ours is None or abs(round(ours - here, 2)) <= FAR:
         return ""
-    other = _mean_final("table1_apfl_check/apfl__alpha_0_75")
-    if other is None:
-        reading = "has not finished yet"
-    else:
-        further = abs(other - here) > abs(ours - here)
-        reading = (f"ends at {other:.2f}, {other - here:+.2f} from the paper, "
-                   + ("further from it, so the reading of alpha is not the gap" if further
-                      else "nearer to it, so the reading of alpha accounts for part of the gap"))
+    reading = _check_reading(_mean_final("table1_apfl_check/apfl__alpha_0_75"), ours, here, "the reading of alpha")
+    outputs = _check_reading(_mean_final(APFL_OUTPUTS), ours, here, "the mixture")
     return (
         f"**APFL** ends {abs(ours - here):.2f} points {'under' if ours < here else 'above'} the paper after the "
         "full 200 rounds. " + _not_truncated("table1_fmnist/apfl", here) + " Its rule matches the spec "
@@ -434,8 +450,10 @@ def _apfl_t1_note() -> str:
         "paper writes it, as the personal model's share of the mixture. The appendix does not say which model "
         "alpha weighs, and the paper's baselines are not released. The diagnosis section \"APFL: which model "
         f"alpha weighs\" below runs the other reading, alpha = 0.75, and it {reading}. Our APFL keeps alpha "
-        "fixed, as FedPAC tuned it; APFL's own adaptive update of alpha, which the appendix does not mention, is "
-        "the one part of the method we do not run (`docs/algorithms/personal.md`).")
+        "fixed, as FedPAC tuned it (APFL's own adaptive update of alpha, which the appendix does not mention, is "
+        "not run), and mixes the two models' parameters, as APFL's paper writes the personalized model, where "
+        f"APFL's official code mixes their outputs; the diagnosis section \"{APFL_OUTPUTS_SECTION}\" below runs "
+        f"that mixture, and it {outputs}.")
 
 
 def _apfl_100_note() -> str:
@@ -483,17 +501,30 @@ def _pfedme_20_note() -> str:
         "gives no other pFedMe setting. " + _gain_note("pFedMe", "pfedme", "1", FMNIST20, "table1_fmnist"))
     text += (" The diagnosis section \"pFedMe: the inner problem's step\" below runs the step of pFedMe's own "
              "code, 0.1 for our 0.01")
+    return text + (_pfedme_check_comparison(runs, paper) or "; it has no evaluation yet.")
+
+
+def _pfedme_check_comparison(runs: list[dict], paper: float) -> str:
+    """The inner-step check run (``PFEDME_CHECK``, seed 0) against seed 0 of the 20-client pFedMe cell's
+    finished ``runs`` at their last common evaluation, marked in progress until the check has finished, and
+    then whether it ends nearer to the ``paper``'s number than the cell or further from it; "" while the two
+    have no evaluation in common."""
     check = RESULTS / PFEDME_CHECK / "results.json"
     check_run = json.loads(check.read_text()) if check.exists() else None
     other = _curve(check_run) if check_run else {}
-    cell = _curve(next((r for r in runs if r.get("seed", 0) == 0), runs[0]))  # the check runs seed 0
+    cell = _curve(next((r for r in runs if r.get("seed", 0) == 0), runs[0])) if runs else {}
     if not set(other) & set(cell):
-        return text + "; it has no evaluation yet."
+        return ""
     last = max(set(other) & set(cell))
     finished = check_run.get("status") == "finished" and last == 200
-    progress = "" if finished else f" (in progress, round {max(other)} of 200)"
-    text += (f"{progress}: at round {last} it is at {other[last]:.2f}, against {cell[last]:.2f} for the "
-             "cell's seed 0 at the same round.")
+    diverged = check_run.get("diverged_at_round")
+    progress = ("" if finished else f" (in progress, round {max(other)} of 200)" if diverged is None
+                else f" (it diverged: round {diverged} of 200 produced NaN/Inf)")
+    text = (f"{progress}: at round {last} it is at {other[last]:.2f}, against {cell[last]:.2f} for the "
+            "cell's seed 0 at the same round.")
+    if diverged is not None:
+        text += (" With the step of pFedMe's own code, the run does not reach 200 rounds in FedPAC's setting "
+                 "(lambda = 10, K = 5, momentum 0.5), so it gives no number to set beside the paper's.")
     if finished:
         further = abs(other[200] - paper) > abs(cell[200] - paper)
         text += (f" It ends {other[200] - paper:+.2f} from the paper, "
@@ -501,6 +532,18 @@ def _pfedme_20_note() -> str:
                  + f" than the cell's seed 0 ({cell[200] - paper:+.2f}), so the inner step "
                  + ("is not the gap." if further else "accounts for part of the gap."))
     return text
+
+
+def _pfedme_check_note() -> str:
+    """The note of Table 1's diagnosis section on pFedMe's inner step: what the section runs, then the
+    check run against the cell's seed 0 (:func:`_pfedme_check_comparison`) once both have an evaluation."""
+    text = ("FedPAC's Appendix B.3 fixes pFedMe's lambda = 10 and K = 5 but not the step of the K inner "
+            "steps (`personal_lr`): the cell runs pflax's 0.01, the local lr, and the second row the 0.1 of "
+            "pFedMe's own commands (https://github.com/CharlieDinh/pFedMe). "
+            "`python benchmarks/paper/run_table.py fedpac/table1_pfedme_check` runs the second row.")
+    comparison = _pfedme_check_comparison(_finished_runs("table1_fmnist/pfedme"),
+                                          paper_numbers()[("FedPAC", "1", FMNIST20, "pFedMe", "acc")])
+    return text + (" The second row" + comparison if comparison else "")
 
 
 FEDPAC_TABLE1 = Page(
@@ -550,7 +593,21 @@ FEDPAC_TABLE1 = Page(
                 ("FedPAC", "1", FMNIST20, "APFL", "acc"), run_file="fedpac/table1_apfl_check/apfl__alpha_0_75.toml")),
             paper_rounds=200, counted=False, diagnosis=True,
             why_not="a diagnosis of the APFL cell: the other reading of FedPAC's alpha",
-            note="`python benchmarks/paper/run_table.py fedpac/table1_apfl_check` runs the second row."),
+            note="`python benchmarks/paper/run_table.py fedpac/table1_apfl_check apfl__alpha_0_75` runs the second "
+                 "row."),
+        Section(APFL_OUTPUTS_SECTION, (
+            Row("APFL, parameters mixed (the paper; the cell above)", ("table1_fmnist/apfl",), FINAL,
+                ("FedPAC", "1", FMNIST20, "APFL", "acc"), run_file="fedpac/table1_fmnist/apfl.toml"),
+            Row("APFL, outputs mixed (the official code)", (APFL_OUTPUTS,), FINAL,
+                ("FedPAC", "1", FMNIST20, "APFL", "acc"), run_file=f"fedpac/{APFL_OUTPUTS}.toml")),
+            paper_rounds=200, counted=False, diagnosis=True,
+            why_not="a diagnosis of the APFL cell: the official code's mixture of the two models' outputs",
+            note="APFL's paper writes the personalized model as a mixture of parameters, alpha v + (1 - alpha) w, "
+                 "and the cell runs that. APFL's official code (FedTorch, `inference_personal` in "
+                 "`fedtorch/comms/utils/eval.py`) mixes the two models' outputs instead, alpha v(x) + (1 - alpha) "
+                 "w(x), both in v's training loss and in scoring. The second row runs that mixture (`mixing = "
+                 "\"outputs\"`), every other setting as the cell's: `python benchmarks/paper/run_table.py "
+                 "fedpac/table1_apfl_check apfl__mixing_outputs`."),
         Section("pFedMe: the inner problem's step", (
             Row("pFedMe, personal lr 0.01 (the cell above)", ("table1_fmnist/pfedme",), FINAL,
                 ("FedPAC", "1", FMNIST20, "pFedMe", "acc"), run_file=T1_20 + "pfedme.toml"),
@@ -558,10 +615,7 @@ FEDPAC_TABLE1 = Page(
                 ("FedPAC", "1", FMNIST20, "pFedMe", "acc"), run_file=f"fedpac/{PFEDME_CHECK}.toml")),
             paper_rounds=200, counted=False, diagnosis=True,
             why_not="a diagnosis of the pFedMe cell: the step of its inner problem, which FedPAC does not give",
-            note="FedPAC's Appendix B.3 fixes pFedMe's lambda = 10 and K = 5 but not the step of the K inner "
-                 "steps (`personal_lr`): the cell runs pflax's 0.01, the local lr, and the second row the 0.1 of "
-                 "pFedMe's own commands (https://github.com/CharlieDinh/pFedMe). "
-                 "`python benchmarks/paper/run_table.py fedpac/table1_pfedme_check` runs the second row."),
+            note=_pfedme_check_note()),
         Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
             ("Local-only", "table1_fmnist_100clients/local_only", "pflax", T1_100 + "local_only.toml"),
             ("FedAvg", "table1_fmnist_100clients/fedavg", "pflax", T1_100 + "fedavg.toml"),
@@ -2751,10 +2805,13 @@ class Cell:
     missing_seeds: list[int] = field(default_factory=list)  # seeds its run file lists with no results yet
     pending: list[tuple] = field(default_factory=list)  # (seed, round) of seeds running beside finished ones
     seeds: list = field(default_factory=list)  # the seed of each of ``files`` (None where none says)
+    diverged: list = field(default_factory=list)  # per file, the round that produced NaN/Inf, or None
 
     def running(self) -> list[tuple]:
-        """(seed, round) of every seed in progress: beside finished ones, or the cell's own files."""
-        return self.pending or [(k, r) for k, r, p in zip(self.seeds, self.rounds, self.planned) if r < p]
+        """(seed, round) of every seed in progress: beside finished ones, or the cell's own files (a run
+        that diverged has ended)."""
+        return self.pending or [(k, r) for k, r, p, d in zip(self.seeds, self.rounds, self.planned, self.diverged)
+                                if r < p and d is None]
 
     def finished(self) -> int:
         return sum(r >= p for r, p in zip(self.rounds, self.planned))
@@ -2804,17 +2861,19 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             cell.values.append(float(evaluate(value_expr, data)))
             cell.rounds.append(int(evaluate(rounds_expr, data)))
             cell.planned.append(int(evaluate(kind.planned, data)))
+            cell.diverged.append(data.get("diverged_at_round"))
             cell.commands.append(kind.command(data, path))
             if kind.seed is not None:
                 seeds.append(get_path(data, kind.seed))
             known.append(_seed_of(kind, data, path))
         if len(set(seeds)) != len(seeds):
             raise SystemExit(f"row {row.method!r}: two files with the same seed: {[str(p) for p in files]}")
-        finished = [i for i, (r, p) in enumerate(zip(cell.rounds, cell.planned)) if r >= p]
+        finished = [i for i, (r, p, d) in enumerate(zip(cell.rounds, cell.planned, cell.diverged))
+                    if r >= p or d is not None]  # a run that diverged has ended too
         if finished and len(finished) < len(files) and not section.same_round:
             # Seeds still running next to finished ones: the mean waits for them (it would mix lengths).
             cell.pending = [(known[i], cell.rounds[i]) for i in range(len(files)) if i not in finished]
-            for name in ("files", "values", "rounds", "planned", "commands"):
+            for name in ("files", "values", "rounds", "planned", "commands", "diverged"):
                 setattr(cell, name, [getattr(cell, name)[i] for i in finished])
             files, known = cell.files, [known[i] for i in finished]
         cell.seeds = known
@@ -2851,7 +2910,7 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             if not cell.superseded:
                 cell.status += (f"; its run at the paper's length (`benchmarks/results/{row.superseded_by}`) "
                                 "is not run yet")
-        elif files and not cell.complete and not section.same_round:
+        elif files and not cell.complete and not section.same_round and not any(cell.diverged):
             cell.to_go = _to_go(files, cell, section)
             if cell.to_go is not None:
                 target = max(section.paper_rounds, *cell.planned)
@@ -2966,8 +3025,12 @@ def _status(cell: Cell, section: Section) -> tuple[str, bool]:
             status += f"; repeated from {cell.row.repeat_of}"
         return status, False
     done, planned = min(cell.rounds), min(cell.planned)
+    diverged = sorted({d for d in cell.diverged if d is not None})
     if section.same_round:
         status, complete = f"read at round {done}", False
+    elif diverged:  # more rounds would only diverge again: no time to go
+        status, complete = (f"diverged: round {', '.join(map(str, diverged))} of {planned} produced NaN/Inf; the "
+                            f"number is after round {done}, the last one kept"), False
     elif any(r < p for r, p in zip(cell.rounds, cell.planned)):
         status, complete = f"in progress: {done} of {planned} rounds", False
     elif done < section.paper_rounds:

@@ -92,14 +92,16 @@ class RunError(ValueError):
 
 
 class Diverged(RuntimeError):
-    """A round produced NaN/Inf; the state was kept from before that round.
+    """A round produced NaN/Inf; the state was kept from before that round. ``round_index`` is the number of
+    rounds completed before it, so the round that diverged is ``round_index + 1``.
 
-    >>> Diverged(4).round_index
-    4
+    >>> err = Diverged(4)
+    >>> err.round_index, str(err).split(";")[0]
+    (4, 'round 5 produced NaN/Inf (diverged)')
     """
 
     def __init__(self, round_index: int):
-        super().__init__(f"round {round_index} produced NaN/Inf (diverged); the state was kept at round "
+        super().__init__(f"round {round_index + 1} produced NaN/Inf (diverged); the state was kept at round "
                          f"{round_index}. Lower the learning rate.")
         self.round_index = round_index
 
@@ -934,6 +936,9 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
       Stopped: SIGINT or SIGTERM arrived while it trained (:func:`stop_requests`): the run finished the
         round in progress, checkpointed it (and packed it, with ``pack``) and stopped. A second signal
         acts at once, as without this.
+      Diverged: a round produced NaN/Inf. ``results.json`` then says so (``status`` ``"diverged (...)"``
+        and ``diverged_at_round``, the round that diverged) beside the evaluations made before it, and the
+        packed checkpoint is removed: resuming would only diverge again.
 
     >>> import tempfile
     >>> spec = RunSpec("fedavg", rounds=1, config={"local_epochs": 1}, data={"train_per_client": 20,
@@ -1006,14 +1011,17 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
     except ValueError:
         groups = 1
 
-    def write_results(done: bool) -> dict:
+    def write_results(done: bool, diverged_at: int | None = None) -> dict:
         final = record.evaluations[-1]["accuracy"]
         times = record.round_times
         steady = times[1:] if len(times) > 1 else times
+        status = ("finished" if done else f"running ({record.rounds_done}/{spec.rounds} rounds)" if diverged_at is None
+                  else f"diverged (round {diverged_at} of {spec.rounds} produced NaN/Inf)")
         result = {
             "algorithm": spec.algorithm,
             "dataset": dataset,
-            "status": "finished" if done else f"running ({record.rounds_done}/{spec.rounds} rounds)",
+            "status": status,
+            **({} if diverged_at is None else {"diverged_at_round": diverged_at}),
             "evaluated_model": f"each client's personalized model as pflax.{spec.algorithm}.evaluate defines it"
             + (" (personalised on its training split at evaluation time)"
                if getattr(config, "needs_train", algorithm.needs_train) else "")
@@ -1077,7 +1085,12 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
         if stopping:
             raise Stopped(record.rounds_done, spec.rounds, stopping[0], out)
 
-    hooks, close = [after_round], None
+    latest = [state]  # the state after the last round that completed, for a run that diverges after it
+
+    def keep_latest(state, record: Record, evaluated: bool) -> None:
+        latest[0] = state
+
+    hooks, close = [keep_latest, after_round], None
     if logdir is not None:
         tensorboard, close = tensorboard_writer(logdir)
         hooks.append(tensorboard)
@@ -1089,9 +1102,25 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
             label = f"{spec.algorithm} {dataset}" + (f" seed {seed}" if seed else "")
             with stop_requests() as asked:
                 received = asked  # the list the signal handler fills, read by after_round
-                loop(algorithm, state, train, test, spec.rounds, fraction=spec.fraction,
-                     eval_every=spec.eval_every, record=record, after_round=lambda *a: [hook(*a) for hook in hooks],
-                     progress=label if progress else False)
+                try:
+                    loop(algorithm, state, train, test, spec.rounds, fraction=spec.fraction,
+                         eval_every=spec.eval_every, record=record,
+                         after_round=lambda *a: [hook(*a) for hook in hooks], progress=label if progress else False)
+                except Diverged as err:
+                    # The state kept (the last finite one) is evaluated, so the file's number is after the
+                    # rounds it says were completed; the file says where the run ended.
+                    if record.rounds_done and (not record.evaluations
+                                               or record.evaluations[-1]["round"] < record.rounds_done):
+                        import jax
+
+                        t0 = time.time()
+                        accuracy = np.asarray(jax.device_get(algorithm.evaluate(latest[0], test, train)["accuracy"]))
+                        record.history[-1].update(accuracy=float(accuracy.mean() * 100), eval_seconds=time.time() - t0)
+                        record.evaluations.append({"round": record.rounds_done, "accuracy": accuracy.tolist()})
+                    if record.evaluations:
+                        write_results(done=False, diverged_at=err.round_index + 1)
+                    packed.unlink(missing_ok=True)
+                    raise
             result = json.loads((out / "results.json").read_text())
     finally:
         if close is not None:
@@ -1296,7 +1325,7 @@ def _run_coalitions(spec: RunSpec, out: str | os.PathLike, structure: Optional[d
     return result
 
 
-def finished_result(spec: RunSpec, out: str | os.PathLike) -> Optional[dict]:
+def finished_result(spec: RunSpec, out: str | os.PathLike, *, or_diverged: bool = False) -> Optional[dict]:
     """The results in ``out`` when they are a finished run of ``spec`` (one seed), else None.
 
     A run counts as this one when its ``results.json`` says finished and its recorded run has the same
@@ -1306,6 +1335,8 @@ def finished_result(spec: RunSpec, out: str | os.PathLike) -> Optional[dict]:
     Args:
       spec: the run, with one seed.
       out: its results folder.
+      or_diverged: also take a run of ``spec`` that diverged (:class:`Diverged`), which training again
+        would only repeat.
 
     Returns:
       The content of ``out/results.json``, or None.
@@ -1324,7 +1355,8 @@ def finished_result(spec: RunSpec, out: str | os.PathLike) -> Optional[dict]:
     if not path.exists():
         return None
     result = json.loads(path.read_text())
-    if result.get("status") != "finished" or not isinstance(result.get("run"), dict):
+    ended = result.get("status") == "finished" or (or_diverged and "diverged_at_round" in result)
+    if not ended or not isinstance(result.get("run"), dict):
         return None
     try:
         recorded = RunSpec.from_dict(result["run"]).resolved()
@@ -1369,8 +1401,9 @@ def run_all(spec: RunSpec, out: str | os.PathLike, *, skip_finished: bool = Fals
     Args:
       spec: the run.
       out: the results folder.
-      skip_finished: leave a seed whose folder already holds its finished run (:func:`finished_result`)
-        as it is, and return those results, instead of training it again (its checkpoints may be gone).
+      skip_finished: leave a seed whose folder already holds its finished run, or its run that diverged
+        (:func:`finished_result`), as it is, and return those results, instead of training it again (its
+        checkpoints may be gone).
       seeds: run only these of the run file's seeds (:func:`chosen_seeds`), each into the folder it has in
         the whole run, so that seeds shared between machines land where one machine would put them.
       **options: :func:`run`'s keyword options. With ``resume=True`` and several seeds, the seeds that
@@ -1387,7 +1420,7 @@ def run_all(spec: RunSpec, out: str | os.PathLike, *, skip_finished: bool = Fals
     spec.check()
     chosen = chosen_seeds(spec, seeds)
     if len(spec.seeds) == 1:
-        done = finished_result(spec, out) if skip_finished else None
+        done = finished_result(spec, out, or_diverged=True) if skip_finished else None
         return [done if done is not None else run(spec, out, **options)]
     logdir = options.pop("logdir", None)
     resume = options.pop("resume", False)
@@ -1395,7 +1428,7 @@ def run_all(spec: RunSpec, out: str | os.PathLike, *, skip_finished: bool = Fals
     for s in chosen:
         seed_out = Path(out) / f"seed{s}"
         one = dataclasses.replace(spec, seeds=(s,))
-        done = finished_result(one, seed_out) if skip_finished else None
+        done = finished_result(one, seed_out, or_diverged=True) if skip_finished else None
         results.append(done if done is not None else
                        run(one, seed_out, resume=_resumable(resume, seed_out),
                            logdir=None if logdir is None else Path(logdir) / f"seed{s}", **options))

@@ -236,6 +236,45 @@ def test_apfl_evaluates_mixed_model_and_updates_v_through_it(fed):
         assert acc[i] == pytest.approx(float(want))
 
 
+def test_apfl_output_mixing_trains_and_scores_the_mixture_of_logits(fed):
+    """``mixing = "outputs"`` (the official code): v's step is the gradient of the cross-entropy of
+    ``alpha v(x) + (1 - alpha) w(x)`` with w constant, w's step is plain SGD on its own loss, and evaluation
+    scores the mixture of logits, which differs from the mixture of parameters."""
+    train, test = fed
+    lr, alpha = 0.05, 0.25
+    state, _ = apfl.round(_full_batch(apfl, fed, alpha=alpha, mixing="outputs"), train)
+    new, _ = apfl.round(state, train)
+    mixture = apfl.OutputMixture(MODEL, alpha)
+
+    def mixed_loss(v, w, i):
+        logits = mixture.apply({"v": v, "w": w}, train.x[i])
+        return masked_mean(cross_entropy(logits, train.y[i]), train.mask[i])
+
+    w_mean = []
+    for i in range(NUM_CLIENTS):
+        v, w = row(state.clients, i), state.server
+        want_v = jax.tree.map(lambda v_, g_: v_ - lr * g_, v, jax.grad(mixed_loss)(v, w, i))
+        for got, exp in zip(jax.tree.leaves(row(new.clients, i)), jax.tree.leaves(want_v)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
+        w_mean.append(jax.tree.map(lambda w_, g_: w_ - lr * g_, w, _grad(w, train, i)))
+    sizes = np.asarray(train.mask.sum(axis=1), np.float64)
+    want_w = jax.tree.map(lambda *ws: sum(s * x for s, x in zip(sizes, ws)) / sizes.sum(), *w_mean)
+    for got, exp in zip(jax.tree.leaves(new.server), jax.tree.leaves(want_w)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-6)
+    acc = np.asarray(apfl.evaluate(new, test)["accuracy"])
+    differs = 0
+    for i in range(NUM_CLIENTS):
+        v = row(new.clients, i)
+        logits = mixture.apply({"v": v, "w": new.server}, test.x[i])
+        want = masked_mean((jnp.argmax(logits, -1) == test.y[i]).astype(jnp.float32), test.mask[i])
+        assert acc[i] == pytest.approx(float(want))
+        if not leaves_equal(v, new.server):  # where v and w differ, the two mixtures are different models
+            param_logits = MODEL.apply(apfl.mixed(v, new.server, alpha), test.x[i])
+            # after two small steps the difference is of second order in v - w, hence the tight tolerance
+            differs += not np.allclose(np.asarray(logits), np.asarray(param_logits), rtol=0, atol=1e-6)
+    assert differs == NUM_CLIENTS, differs
+
+
 def test_scaffold_matches_hand_computation(fed):
     train, _ = fed
     lr = 0.05

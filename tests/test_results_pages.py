@@ -1092,7 +1092,8 @@ def _finished(curve: dict[int, float], mean: float) -> dict:
 
 def test_table1_apfl_note_reads_its_curve_and_the_other_reading_of_alpha(monkeypatch):
     """Table 1's 20-client APFL note, written only when the cell is far: the gap, the curve's last 50 rounds
-    and best evaluation after round 100, and the alpha = 0.75 run's gap, nearer or further, recomputed here."""
+    and best evaluation after round 100, and the gaps of the alpha = 0.75 run and of the official code's
+    mixture of outputs, nearer or further, recomputed here."""
     gen = _generator()
     here = paper_csv()[("FedPAC", "1", "FMNIST/20clients_frac1.0", "APFL", "acc")]
     run = _finished({100: here - 3.0, 150: here - 2.5, 180: here - 1.5, 200: here - 2.0}, here - 2.0)
@@ -1110,6 +1111,15 @@ def test_table1_apfl_note_reads_its_curve_and_the_other_reading_of_alpha(monkeyp
             "reading of alpha is not the gap.") in gen._apfl_t1_note()
     finals["table1_apfl_check/apfl__alpha_0_75"] = here - 1.0
     assert "nearer to it, so the reading of alpha accounts for part of the gap." in gen._apfl_t1_note()
+    outputs = ("the diagnosis section \"APFL: mixing outputs, as the official code does\" below runs that mixture, "
+               "and it ")
+    assert outputs + "has not finished yet." in gen._apfl_t1_note()
+    finals["table1_apfl_check/apfl__mixing_outputs"] = here - 0.5
+    assert (outputs + f"ends at {here - 0.5:.2f}, -0.50 from the paper, nearer to it, so the mixture accounts "
+            "for part of the gap.") in gen._apfl_t1_note()
+    finals["table1_apfl_check/apfl__mixing_outputs"] = here - 2.5
+    assert outputs + f"ends at {here - 2.5:.2f}, -2.50 from the paper, further from it, so the mixture is not " \
+        "the gap." in gen._apfl_t1_note()
     finals["table1_fmnist/apfl"] = here - 1.5  # within the tolerance: no note
     assert gen._apfl_t1_note() == ""
 
@@ -1334,20 +1344,28 @@ def test_fedcollab_intro_gives_how_far_the_trainer_is_from_the_run_files(monkeyp
     assert gen._collab_trainer_agreement() == "are within 0.50 points of seed 0 of theirs on every mean (2 methods)"
 
 
+def _pfedme_cell_and_check(monkeypatch, tmp_path, gap: float):
+    """The generator with a finished 20-client pFedMe cell of one seed (0) ending ``gap`` points under the
+    paper (``gap + 0.5`` under at round 150, ``gap + 1`` at 100), and the path where the inner-step check's results
+    go (in ``tmp_path``, not written yet). Returns ``(generator, paper number, cell, check path)``."""
+    gen = _generator()
+    here = paper_csv()[("FedPAC", "1", "FMNIST/20clients_frac1.0", "pFedMe", "acc")]
+    cell = _finished({100: here - gap - 1.0, 150: here - gap - 0.5, 200: here - gap}, here - gap)
+    cell["seed"] = 0
+    monkeypatch.setattr(gen, "_finished_runs", lambda c: [cell] if c == "table1_fmnist/pfedme" else [])
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    check = tmp_path / gen.PFEDME_CHECK / "results.json"
+    check.parent.mkdir(parents=True)
+    return gen, here, cell, check
+
+
 def test_table1_pfedme_note_reads_the_inner_step_check(monkeypatch, tmp_path):
     """Table 1's 20-client pFedMe note: the check run of the inner step against the cell's seed 0 at their
     last common evaluation, marked in progress until it has finished; once finished, whether it ends nearer
     to the paper or further from it, each recomputed here."""
-    gen = _generator()
-    here = paper_csv()[("FedPAC", "1", "FMNIST/20clients_frac1.0", "pFedMe", "acc")]
-    cell = _finished({100: here - 3.0, 150: here - 2.5, 200: here - 2.0}, here - 2.0)
-    cell["seed"] = 0
-    monkeypatch.setattr(gen, "_finished_runs", lambda c: [cell] if c == "table1_fmnist/pfedme" else [])
+    gen, here, cell, check = _pfedme_cell_and_check(monkeypatch, tmp_path, gap=2.0)
     monkeypatch.setattr(gen, "_gain_note", lambda *args: "")
-    monkeypatch.setattr(gen, "RESULTS", tmp_path)
     assert gen._pfedme_20_note().endswith("0.1 for our 0.01; it has no evaluation yet.")
-    check = tmp_path / gen.PFEDME_CHECK / "results.json"
-    check.parent.mkdir(parents=True)
     run = _finished({100: here - 4.0, 150: here - 3.5}, here - 3.5)
     run["status"] = "running"
     check.write_text(json.dumps(run))
@@ -1366,6 +1384,21 @@ def test_table1_pfedme_note_reads_the_inner_step_check(monkeypatch, tmp_path):
                                           "accounts for part of the gap.")
     cell["final_accuracy"]["mean"] = here - 1.4  # within the tolerance: no note
     assert gen._pfedme_20_note() == ""
+
+
+def test_table1_pfedme_check_section_reports_its_run_whether_or_not_the_cell_is_far(monkeypatch, tmp_path):
+    """The diagnosis section's note gives the check run against the cell's seed 0 even when the cell is within
+    the tolerance (the cell's own note is then empty), with the same comparison as that note (the test above
+    covers a check in progress)."""
+    gen, here, cell, check = _pfedme_cell_and_check(monkeypatch, tmp_path, gap=1.4)
+    static = "`python benchmarks/paper/run_table.py fedpac/table1_pfedme_check` runs the second row."
+    assert gen._pfedme_check_note().endswith(static)  # no check run yet: nothing to compare
+    check.write_text(json.dumps(_finished({150: here - 3.5, 200: here - 3.25}, here - 3.25)))
+    assert gen._pfedme_check_note().endswith(
+        f"{static} The second row: at round 200 it is at {here - 3.25:.2f}, against {here - 1.4:.2f} for the "
+        "cell's seed 0 at the same round. It ends -3.25 from the paper, further from it than the cell's seed 0 "
+        "(-1.40), so the inner step is not the gap.")
+    assert gen._pfedme_20_note() == ""  # the cell is within the tolerance
 
 
 def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeypatch):
@@ -1554,6 +1587,33 @@ def test_a_seed_in_progress_waits_outside_the_mean(tmp_path, monkeypatch):
     assert cell.pending == [(1, 30)] and cell.missing_seeds == [2]
     assert "seed 1 in progress (round 30), not in the mean yet" in cell.status
     assert "seed 2 of the run file's 3 not run yet" in cell.status
+
+
+def test_a_seed_that_diverged_has_ended_and_is_given_no_time_to_go(tmp_path, monkeypatch):
+    """A run that diverged (``diverged_at_round`` in its file) is not in progress: its status says which round
+    produced NaN/Inf and after which round its number is, it gets no CPU time to the paper's length (more
+    rounds would diverge again), and beside a finished seed it is not waited for."""
+    gen = _generator()
+    real = gen.expand
+    monkeypatch.setattr(gen, "expand", lambda pattern: sorted(tmp_path.glob(f"{pattern}/seed*/results.json"))
+                        if pattern.startswith("cell") else real(pattern))
+    history = [{"round": r, "seconds": 3.0} for r in range(1, 162)]
+    for folder, seed, rounds, diverged in (("cell_alone", 0, 161, 162), ("cell_pair", 0, 200, None),
+                                           ("cell_pair", 1, 161, 162)):
+        path = tmp_path / folder / f"seed{seed}" / "results.json"
+        path.parent.mkdir(parents=True)
+        data = {"seed": seed, "rounds_completed": rounds, "run": {"rounds": 200}, "command": "demo",
+                "final_accuracy": {"mean": 80.0 + seed}, "history": history, "sessions": [{"device_kind": "cpu"}],
+                "personalized_history": [{"round": rounds, "accuracy": [0.8]}]}
+        path.write_text(json.dumps(data if diverged is None else {**data, "diverged_at_round": diverged}))
+    alone = gen.Row("FedAvg", ("cell_alone",), gen.FINAL, None, run_file="fedpac/table1_fmnist/fedavg.toml")
+    pair = gen.Row("FedAvg", ("cell_pair",), gen.FINAL, None, run_file="fedpac/table1_fmnist/fedavg.toml")
+    (one, two), _ = gen.read_section(gen.Section("demo", (alone, pair), paper_rounds=200), {}, [])
+    assert one.status.startswith("diverged: round 162 of 200 produced NaN/Inf; the number is after round 161")
+    assert not one.complete and one.to_go is None and one.running() == []
+    assert "CPU to reach" not in one.status
+    assert two.pending == [] and two.values == [80.0, 81.0] and two.running() == []
+    assert two.status.startswith("diverged: round 162 of 200")
 
 
 def test_missing_seeds_are_timed_by_the_cells_finished_seeds(tmp_path, monkeypatch):

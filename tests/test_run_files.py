@@ -177,7 +177,7 @@ def test_run_table_goes_on_to_the_next_cell_when_one_diverges(tmp_path, monkeypa
     run_table = _two_cell_table(tmp_path, monkeypatch, fake_run_all)
     assert run_table.main(["demo/table9_demo", "--quiet"]) == 0
     assert ran == ["first", "second"]
-    assert "first stopped: round 0 produced NaN/Inf" in capsys.readouterr().out
+    assert "first stopped: round 1 produced NaN/Inf" in capsys.readouterr().out
 
 
 def test_run_table_stops_the_whole_table_when_asked_to(tmp_path, monkeypatch, capsys):

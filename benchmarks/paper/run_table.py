@@ -60,26 +60,28 @@ def has_checkpoint(out: Path) -> bool:
 
 def pack_unfinished(out: Path) -> list[tuple[Path, int]]:
     """Pack the latest checkpoint of every unfinished run under a cell's folder (one per seed or coalition)
-    into ``checkpoint.tar.gz`` beside its results; ``(folder, step)`` for each one packed."""
+    into ``checkpoint.tar.gz`` beside its results, leaving out runs that diverged; ``(folder, step)`` for each
+    one packed."""
     from pflax import checkpoint
 
     packed = []
     for checkpoints in sorted(out.rglob("checkpoints")) if out.exists() else []:
         folder = checkpoints.parent
         results = folder / "results.json"
-        finished = results.exists() and json.loads(results.read_text()).get("status") == "finished"
-        if not finished and checkpoint.latest_step(checkpoints) is not None:
+        data = json.loads(results.read_text()) if results.exists() else {}
+        ended = data.get("status") == "finished" or "diverged_at_round" in data  # resuming would diverge again
+        if not ended and checkpoint.latest_step(checkpoints) is not None:
             packed.append((folder, checkpoint.pack(checkpoints, folder / PACKED_CHECKPOINT)))
     return packed
 
 
 def finished_seeds(spec: RunSpec, out: Path) -> list[int]:
-    """The seeds of a cell whose results are in its folder: a finished run of the run file
-    (``pflax.experiment.finished_result``), or the cell read from another cell's finished run
+    """The seeds of a cell whose results are in its folder: a finished run of the run file, or one that
+    diverged (``pflax.experiment.finished_result``), or the cell read from another cell's finished run
     (``from_<cell>.json`` of ``benchmarks/evaluate_variant.py``), which training it would only repeat."""
     def done(seed: int, folder: Path) -> bool:
         return (any(folder.glob("from_*.json"))
-                or finished_result(dataclasses.replace(spec, seeds=(seed,)), folder) is not None)
+                or finished_result(dataclasses.replace(spec, seeds=(seed,)), folder, or_diverged=True) is not None)
 
     if len(spec.seeds) == 1:
         return list(spec.seeds) if done(spec.seeds[0], out) else []

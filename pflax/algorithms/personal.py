@@ -14,7 +14,8 @@ round, for the participants:
 3. each participant keeps ``personal_i``; non-participants keep theirs.
 
 Evaluation scores ``personalized(personal_i, w, config)`` (the personal model itself, or APFL's mixture)
-on each client's own test split.
+on each client's own test split, with the model itself or, when the algorithm gives one, its
+``scoring_model`` (APFL's mixture of the two models' outputs).
 
 >>> import jax, pflax
 >>> train, test = pflax.data.toy_federation()
@@ -61,7 +62,8 @@ def own_model(personal: PyTree, server: PyTree, cfg) -> PyTree:
 
 def algorithm(name: str, Config: type, local_update: LocalUpdate, summary: str,
               personalized: Callable[[PyTree, PyTree, Any], PyTree] = own_model,
-              server_step: Optional[Callable[[PyTree, PyTree, Any], PyTree]] = None) -> federated.Algorithm:
+              server_step: Optional[Callable[[PyTree, PyTree, Any], PyTree]] = None,
+              scoring_model: Optional[Callable[[Any, Any], Any]] = None) -> federated.Algorithm:
     """The registry entry of one global + personal algorithm (module docstring).
 
     Args:
@@ -73,6 +75,8 @@ def algorithm(name: str, Config: type, local_update: LocalUpdate, summary: str,
       summary: one line for ``pflax list``.
       personalized: ``(personal_i, w, config) -> model`` scored by ``evaluate``; default: ``personal_i``.
       server_step: ``(w^t, mean, config) -> w^{t+1}``; default: the mean itself.
+      scoring_model: ``(model, config) -> model`` whose ``apply`` scores what ``personalized`` returns
+        (APFL's mixture of outputs); default: the model itself.
 
     Returns:
       A :class:`pflax.core.federated.Algorithm` whose ``init``, ``round`` and ``evaluate`` are the module's.
@@ -106,6 +110,7 @@ def algorithm(name: str, Config: type, local_update: LocalUpdate, summary: str,
         return federated.RoundPieces(broadcast=federated.no_broadcast, local_update=local, server_update=server_update)
 
     def score(c, w, model, cfg):
-        return base.accuracy_of(model, personalized(c["client"], w, cfg), c)
+        scorer = model if scoring_model is None else scoring_model(model, cfg)
+        return base.accuracy_of(scorer, personalized(c["client"], w, cfg), c)
 
     return federated.build(name, Config, init, pieces, score, summary, base.check_inputs)
