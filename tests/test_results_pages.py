@@ -1441,9 +1441,13 @@ def test_table1_100_client_apfl_note_quotes_the_20_client_gap_only_once_that_run
     monkeypatch.setattr(gen, "_not_truncated", lambda cell, value: "")
     note = gen._apfl_100_note()
     assert note.startswith("**APFL** ends 2.00 points under the paper after the full 200 rounds.")
-    assert "(alpha = 0.25 on the personal model, fixed), which is -1.50 from the paper there; that" in note
+    assert ("(alpha = 0.25 on the personal model, fixed, the parameters mixed), which is -1.50 from the paper "
+            "there; that") in note
+    assert ("its diagnosis sections \"APFL: which model alpha weighs\" and \"APFL: mixing outputs, as the official "
+            "code does\" check the rule") in note
     del finals["table1_fmnist/apfl"]
-    assert "(alpha = 0.25 on the personal model, fixed); that section's note" in gen._apfl_100_note()
+    assert "(alpha = 0.25 on the personal model, fixed, the parameters mixed); that section's note" in \
+        gen._apfl_100_note()
     finals["table1_fmnist_100clients/apfl"] = here - 1.5  # within the tolerance: no note
     assert gen._apfl_100_note() == ""
 
