@@ -422,15 +422,17 @@ def _check_reading(check: float | None, ours: float, here: float, what: str) -> 
 
     >>> _check_reading(None, 87.0, 89.0, "the mixture")
     'has not finished yet'
-    >>> _check_reading(88.5, 87.0, 89.0, "the mixture")
-    'ends at 88.50, -0.50 from the paper, nearer to it, so the mixture accounts for part of the gap'
+    >>> _check_reading(88.5, 87.0, 89.0, "the mixture").split(", so ")[0]
+    'ends at 88.50, -0.50 from the paper, nearer to it and within the tolerance'
     """
     if check is None:
         return "has not finished yet"
     further = abs(check - here) > abs(ours - here)
+    within = abs(round(check - here, 2)) <= FAR
     return (f"ends at {check:.2f}, {check - here:+.2f} from the paper, "
             + (f"further from it, so {what} is not the gap" if further
-               else f"nearer to it, so {what} accounts for part of the gap"))
+               else "nearer to it" + (" and within the tolerance" if within else "")
+               + f", so {what} accounts for part of the gap"))
 
 
 def _apfl_t1_note() -> str:

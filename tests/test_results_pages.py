@@ -1110,12 +1110,16 @@ def test_table1_apfl_note_reads_its_curve_and_the_other_reading_of_alpha(monkeyp
     assert (f"alpha = 0.75, and it ends at {here - 3.0:.2f}, -3.00 from the paper, further from it, so the "
             "reading of alpha is not the gap.") in gen._apfl_t1_note()
     finals["table1_apfl_check/apfl__alpha_0_75"] = here - 1.0
-    assert "nearer to it, so the reading of alpha accounts for part of the gap." in gen._apfl_t1_note()
+    assert "nearer to it and within the tolerance, so the reading of alpha accounts for part of the gap." in \
+        gen._apfl_t1_note()
     outputs = ("the diagnosis section \"APFL: mixing outputs, as the official code does\" below runs that mixture, "
                "and it ")
     assert outputs + "has not finished yet." in gen._apfl_t1_note()
     finals["table1_apfl_check/apfl__mixing_outputs"] = here - 0.5
-    assert (outputs + f"ends at {here - 0.5:.2f}, -0.50 from the paper, nearer to it, so the mixture accounts "
+    assert (outputs + f"ends at {here - 0.5:.2f}, -0.50 from the paper, nearer to it and within the tolerance, "
+            "so the mixture accounts for part of the gap.") in gen._apfl_t1_note()
+    finals["table1_apfl_check/apfl__mixing_outputs"] = here - 1.75
+    assert (outputs + f"ends at {here - 1.75:.2f}, -1.75 from the paper, nearer to it, so the mixture accounts "
             "for part of the gap.") in gen._apfl_t1_note()
     finals["table1_apfl_check/apfl__mixing_outputs"] = here - 2.5
     assert outputs + f"ends at {here - 2.5:.2f}, -2.50 from the paper, further from it, so the mixture is not " \
