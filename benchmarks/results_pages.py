@@ -435,6 +435,35 @@ def _check_reading(check: float | None, ours: float, here: float, what: str) -> 
                + f", so {what} accounts for part of the gap"))
 
 
+def _apfl_outputs_note() -> str:
+    """The note of Table 1's diagnosis section on APFL's mixture: the paper's and the official code's
+    mixtures, the command, and, once both runs have finished, how the official code's curve runs beside the
+    cell's (seed 0 of each) at their common evaluations."""
+    text = ("APFL's paper writes the personalized model as a mixture of parameters, alpha v + (1 - alpha) w, "
+            "and the cell runs that. APFL's official code (FedTorch, `inference_personal` in "
+            "`fedtorch/comms/utils/eval.py`) mixes the two models' outputs instead, alpha v(x) + (1 - alpha) "
+            "w(x), both in v's training loss and in scoring. The second row runs that mixture (`mixing = "
+            "\"outputs\"`), every other setting as the cell's: `python benchmarks/paper/run_table.py "
+            "fedpac/table1_apfl_check apfl__mixing_outputs`.")
+    cell, outputs = _finished_runs("table1_fmnist/apfl"), _finished_runs(APFL_OUTPUTS)
+    if not cell or not outputs:
+        return text
+    ours, theirs = _curve(cell[0]), _curve(outputs[0])
+    common = sorted(set(ours) & set(theirs))
+    lead = {r: theirs[r] - ours[r] for r in common}
+    ahead = [r for r in common if lead[r] > 0]
+    if not ahead:
+        return text + " It is under the cell at every evaluation (`rounds.csv` in both folders)."
+    last_ahead = max(ahead)
+    best = max(ahead, key=lead.get)
+    after = [r for r in common if r > last_ahead]
+    return text + (
+        f" It is above the cell at {len(ahead)} of the {len(common)} evaluations (`rounds.csv` in both folders), "
+        f"by up to {lead[best]:.2f} points (round {best}), the last time at round {last_ahead}"
+        + (f"; from round {after[0]} on the two stay within {max(abs(lead[r]) for r in after):.2f} points of "
+           f"each other, and the last round's gap is {lead[common[-1]]:+.2f}." if after else "."))
+
+
 def _apfl_t1_note() -> str:
     """The 20-client APFL cell, once it has finished more than 1.5 points from the paper: its curve, the rule
     against the spec, the other reading of alpha and the official code's mixture of outputs (the diagnosis
@@ -604,12 +633,7 @@ FEDPAC_TABLE1 = Page(
                 ("FedPAC", "1", FMNIST20, "APFL", "acc"), run_file=f"fedpac/{APFL_OUTPUTS}.toml")),
             paper_rounds=200, counted=False, diagnosis=True,
             why_not="a diagnosis of the APFL cell: the official code's mixture of the two models' outputs",
-            note="APFL's paper writes the personalized model as a mixture of parameters, alpha v + (1 - alpha) w, "
-                 "and the cell runs that. APFL's official code (FedTorch, `inference_personal` in "
-                 "`fedtorch/comms/utils/eval.py`) mixes the two models' outputs instead, alpha v(x) + (1 - alpha) "
-                 "w(x), both in v's training loss and in scoring. The second row runs that mixture (`mixing = "
-                 "\"outputs\"`), every other setting as the cell's: `python benchmarks/paper/run_table.py "
-                 "fedpac/table1_apfl_check apfl__mixing_outputs`."),
+            note=_apfl_outputs_note()),
         Section("pFedMe: the inner problem's step", (
             Row("pFedMe, personal lr 0.01 (the cell above)", ("table1_fmnist/pfedme",), FINAL,
                 ("FedPAC", "1", FMNIST20, "pFedMe", "acc"), run_file=T1_20 + "pfedme.toml"),

@@ -1433,6 +1433,30 @@ def test_table3_pfedme_note_sets_its_move_from_table1_against_the_papers(monkeyp
     assert gen._pfedme_t3_note() == ""
 
 
+def test_table1_apfl_outputs_section_sets_the_two_curves_side_by_side(monkeypatch):
+    """The diagnosis section of APFL's mixture of outputs: once both runs have finished, at how many common
+    evaluations the official code's mixture is above the cell, its largest lead and the last round it
+    leads, and how close the two stay afterwards, each recomputed here; before that, the setting alone."""
+    gen = _generator()
+    cell = _finished({10: 80.0, 20: 82.0, 30: 84.0, 40: 85.0}, 85.0)
+    outputs = _finished({10: 80.5, 20: 83.5, 30: 83.75, 40: 85.25}, 85.25)
+    runs = {"table1_fmnist/apfl": [cell], gen.APFL_OUTPUTS: []}
+    monkeypatch.setattr(gen, "_finished_runs", lambda c: runs.get(c, []))
+    setting = "fedpac/table1_apfl_check apfl__mixing_outputs`."
+    assert gen._apfl_outputs_note().endswith(setting)  # not finished: nothing to compare
+    runs[gen.APFL_OUTPUTS] = [outputs]
+    assert gen._apfl_outputs_note().endswith(
+        f"{setting} It is above the cell at 3 of the 4 evaluations (`rounds.csv` in both folders), by up to 1.50 "
+        "points (round 20), the last time at round 40.")
+    outputs["personalized_history"][-1]["accuracy"] = [0.849]
+    assert gen._apfl_outputs_note().endswith(
+        "by up to 1.50 points (round 20), the last time at round 20; from round 30 on the two stay within 0.25 "
+        "points of each other, and the last round's gap is -0.10.")
+    runs[gen.APFL_OUTPUTS] = [_finished({10: 79.0, 20: 81.0}, 81.0)]
+    assert gen._apfl_outputs_note().endswith(f"{setting} It is under the cell at every evaluation (`rounds.csv` "
+                                             "in both folders).")
+
+
 def test_table1_100_client_apfl_note_quotes_the_20_client_gap_only_once_that_run_exists(monkeypatch):
     """The 100-client APFL note, written only when the cell is far: the 20-client cell's gap is quoted when
     that run has finished and left out, without failing, when it has not."""
