@@ -505,7 +505,8 @@ def _apfl_100_note() -> str:
         + _not_truncated("table1_fmnist_100clients/apfl", paper100)
         + f" It runs the rule of the 20-client cell above (alpha = 0.25 on the personal model, fixed, the "
         f"parameters mixed){gap20}; that section's note and its diagnosis sections \"APFL: which model alpha "
-        f"weighs\" and \"{APFL_OUTPUTS_SECTION}\" check the rule against the spec and the official code. Here a client's personal model trains only in the "
+        f"weighs\" and \"{APFL_OUTPUTS_SECTION}\" check the rule against the spec and the official code. Here "
+        "a client's personal model trains only in the "
         "rounds that sample it, 60 of the 200 on average, as in the paper's protocol. "
         + _gain_note("APFL", "apfl", "1", FMNIST100, "table1_fmnist_100clients")
         + _twenty_client_gain_clause("APFL", "apfl"))

@@ -714,11 +714,7 @@ def loop(algorithm, state, train, test, rounds: int, *, fraction: float = 1.0, e
             row["seconds"] = time.time() - t0
             evaluated = (eval_every and (r + 1) % eval_every == 0) or r + 1 == rounds
             if evaluated:
-                t0 = time.time()
-                accuracy = np.asarray(jax.device_get(algorithm.evaluate(state, test, train)["accuracy"]))
-                row["accuracy"] = float(accuracy.mean() * 100)
-                row["eval_seconds"] = time.time() - t0
-                record.evaluations.append({"round": r + 1, "accuracy": accuracy.tolist()})
+                _evaluate_into(record, row, algorithm, state, test, train)
             record.history.append(row)
             if matrices:
                 record.last_round = matrices
@@ -732,6 +728,18 @@ def loop(algorithm, state, train, test, rounds: int, *, fraction: float = 1.0, e
         if bar is not None:
             bar.close()
     return state, record
+
+
+def _evaluate_into(record: "Record", row: dict, algorithm, state, test, train) -> None:
+    """Evaluate every client after round ``row["round"]``: the mean and its time go into ``row`` (a line of
+    ``rounds.csv``), the per-client accuracies into ``record.evaluations``."""
+    import jax
+
+    t0 = time.time()
+    accuracy = np.asarray(jax.device_get(algorithm.evaluate(state, test, train)["accuracy"]))
+    row["accuracy"] = float(accuracy.mean() * 100)
+    row["eval_seconds"] = time.time() - t0
+    record.evaluations.append({"round": row["round"], "accuracy": accuracy.tolist()})
 
 
 # ------------------------------------------------------------------------------ files and plots
@@ -1111,12 +1119,7 @@ def run(spec: RunSpec, out: str | os.PathLike, *, resume: bool = False, progress
                     # rounds it says were completed; the file says where the run ended.
                     if record.rounds_done and (not record.evaluations
                                                or record.evaluations[-1]["round"] < record.rounds_done):
-                        import jax
-
-                        t0 = time.time()
-                        accuracy = np.asarray(jax.device_get(algorithm.evaluate(latest[0], test, train)["accuracy"]))
-                        record.history[-1].update(accuracy=float(accuracy.mean() * 100), eval_seconds=time.time() - t0)
-                        record.evaluations.append({"round": record.rounds_done, "accuracy": accuracy.tolist()})
+                        _evaluate_into(record, record.history[-1], algorithm, latest[0], test, train)
                     if record.evaluations:
                         write_results(done=False, diverged_at=err.round_index + 1)
                     packed.unlink(missing_ok=True)
