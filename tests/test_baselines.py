@@ -7,10 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pflax.algorithms import (apfl, base, ditto, fedavg, fedavg_ft, fedbabu, fednova, fedper, fedprox, fedrep, fedrod, knnper,
                               lg_fedavg, local_only, pfedme, scaffold)
 from pflax.core import federated
+from pflax.core.optim import pytorch_sgd
 from pflax.core.losses import cross_entropy, masked_mean
 from pflax.data import fedpac_shards, from_partition, synthetic
 from pflax.models import mlp
@@ -298,6 +301,51 @@ def test_scaffold_matches_hand_computation(fed):
     for got, exp in zip(jax.tree.leaves(new.server), jax.tree.leaves({"c": want_c, "params": want_w})):
         np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-5)
     assert leaves_equal(row(new.clients, 3), row(state.clients, 3))  # non-participants keep c_i
+
+
+@settings(max_examples=25, deadline=None)
+@given(k=st.integers(0, 80), momentum=st.sampled_from([0.0, 0.1, 0.5, 0.9]))
+def test_momentum_step_sum_is_how_far_momentum_sgd_moves_on_a_constant_gradient(k, momentum):
+    opt, w = pytorch_sgd(1.0, momentum=momentum), np.float64(0.0)
+    opt_state = opt.init(jnp.zeros(()))
+    for _ in range(k):
+        update, opt_state = opt.update(jnp.float32(-1.0), opt_state)
+        w += float(update)
+    assert float(scaffold.momentum_step_sum(k, momentum)) == pytest.approx(w, rel=1e-5, abs=1e-6)
+
+
+def _control_spread(state) -> float:
+    """|| c_i - c || over every client and leaf: the size of the drift corrections."""
+    c_i = jnp.concatenate([a.reshape(a.shape[0], -1) for a in jax.tree.leaves(state.clients)], 1)
+    c = jnp.concatenate([a.reshape(-1) for a in jax.tree.leaves(state.server["c"])])
+    return float(jnp.linalg.norm(c_i - c))
+
+
+def test_scaffold_controls_swing_under_momentum_unless_momentum_corrected(fed):
+    """With momentum 0.5 option II's c_i come out about twice the mean gradient, so c_i - c overshoots
+    and undershoots in alternate rounds; dividing by the momentum step sum gives plain SGD's steady size."""
+    train, _ = fed
+    spreads = {}
+    for momentum, corrected in ((0.0, False), (0.5, False), (0.5, True)):
+        state = start(scaffold, fed, lr=0.01, momentum=momentum, momentum_corrected_controls=corrected)
+        spreads[momentum, corrected] = []
+        for _ in range(4):
+            state, _ = scaffold.round(state, train)
+            spreads[momentum, corrected].append(_control_spread(state))
+    plain, swinging, corrected = (np.array(spreads[key]) for key in ((0.0, False), (0.5, False), (0.5, True)))
+    assert np.all(plain.max() / plain.min() < 1.05)  # plain SGD: the corrections settle at once
+    assert swinging[0] > 1.6 * plain[0] and swinging[1] < 0.6 * plain[1]  # double, then a fraction
+    assert swinging[2] > 1.3 * swinging[1] and swinging[3] < swinging[2]  # and on, alternately
+    np.testing.assert_allclose(corrected, plain, rtol=0.05)
+
+
+def test_scaffold_momentum_correction_changes_nothing_without_momentum(fed):
+    train, _ = fed
+    runs = []
+    for corrected in (False, True):
+        state = start(scaffold, fed, momentum=0.0, momentum_corrected_controls=corrected)
+        runs.append(scaffold.round(scaffold.round(state, train)[0], train)[0])
+    assert leaves_equal(runs[0].server, runs[1].server) and leaves_equal(runs[0].clients, runs[1].clients)
 
 
 def test_fedrod_balanced_softmax_and_personal_path(fed):

@@ -23,8 +23,16 @@ over the participants that have data (the round's ``weights``: a client with no 
 ``K_i = 0``, keeps its ``c_i`` and is left out; ``|S|`` counts participants with data).
 ``K_i = E * ceil(n_i / batch_size)``, the number of minibatches with data. The local optimiser is
 FedPAC's common PyTorch SGD (momentum 0.5, wd 5e-4; Appendix B.3) applied to the corrected gradient;
-option II's ``(w^t - w_i) / (K lr)`` is exact for plain SGD and an approximation with momentum or
-weight decay (set both to 0 for the textbook algorithm). Evaluation: the global model on each
+option II's ``(w^t - w_i) / (K lr)`` is the mean corrected gradient for plain SGD only. With momentum
+``mu`` a constant gradient moves the model by ``lr * K_mu`` per round, with
+
+    K_mu = (K - mu * (1 - mu^K) / (1 - mu)) / (1 - mu)        (K_mu = K at mu = 0),
+
+about ``2K`` at FedPAC's ``mu = 0.5``, so ``c_i+`` comes out about twice the mean gradient. Then the
+correction ``c - c_i`` overshoots and undershoots in alternate rounds: with full participation and slowly
+changing gradients, ``c_i - c`` follows ``e <- 2 delta - e`` about its right value ``delta``
+(``tests/test_baselines.py`` shows the swing). ``momentum_corrected_controls = True`` divides by
+``K_mu * lr`` instead; the default keeps the paper's ``K * lr``. Evaluation: the global model on each
 client's test split.
 
 >>> import jax, pflax
@@ -49,7 +57,7 @@ from . import base
 from .common import init_on_execution_devices
 
 __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_clients", "check_inputs",
-           "pieces_for"]
+           "momentum_step_sum", "pieces_for"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +66,9 @@ class Config(base.SGDConfig):
 
     Attributes:
       global_lr: the server's step on the mean model update (FL-bench's default 1), > 0.
+      momentum_corrected_controls: divide option II's model change by the steps' summed size under
+        momentum, ``K_mu * lr``, instead of ``K * lr`` (see the module docstring); False, the paper's
+        formula, by default. Identical at ``momentum = 0``.
 
     ``lr`` must be positive: the control variates divide by it.
 
@@ -70,6 +81,7 @@ class Config(base.SGDConfig):
     """
 
     global_lr: float = 1.0
+    momentum_corrected_controls: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -104,6 +116,28 @@ def init(key, model, sample_x, num_clients: int, config: Config = Config()) -> S
                             lambda w: ({"params": w, "c": _zeros(w)}, _zeros(w)))
 
 
+def momentum_step_sum(k, momentum: float):
+    """How far ``k`` steps of PyTorch's momentum SGD (buffer starting at zero) move a model along a
+    constant gradient, in units of one plain step: ``sum_j (1 - mu^j) / (1 - mu)`` for ``j = 1..k``.
+
+    Args:
+      k: the number of steps (an integer array or int).
+      momentum: ``mu`` in [0, 1).
+
+    Returns:
+      a float array; ``k`` itself at ``mu = 0``.
+
+    >>> float(momentum_step_sum(3, 0.5))  # 1 + 1.5 + 1.75
+    4.25
+    >>> float(momentum_step_sum(60, 0.0))
+    60.0
+    """
+    k = jnp.asarray(k, jnp.float32)
+    if momentum == 0.0:
+        return k
+    return (k - momentum * (1.0 - momentum ** k) / (1.0 - momentum)) / (1.0 - momentum)
+
+
 def _local_update(server, participant: dict, model, cfg: Config) -> dict:
     w0, c, c_i = server["params"], server["c"], participant["client"]
     ce = base.ce_loss(model)
@@ -115,7 +149,8 @@ def _local_update(server, participant: dict, model, cfg: Config) -> dict:
 
     w_i, loss_value = base.train(w0, loss, participant, cfg)
     k = base.local_steps(participant["mask"], cfg)
-    scale = jnp.where(k > 0, 1.0 / (jnp.maximum(k, 1) * cfg.lr), 0.0)
+    steps = momentum_step_sum(k, cfg.momentum) if cfg.momentum_corrected_controls else k
+    scale = jnp.where(k > 0, 1.0 / (jnp.maximum(steps, 1) * cfg.lr), 0.0)
     # A client with no step keeps its control variate (c_i+ = c_i).
     c_new = jax.tree.map(lambda ci, cc, a, b: jnp.where(k > 0, ci - cc + (a - b) * scale, ci), c_i, c, w0, w_i)
     return {
