@@ -794,7 +794,38 @@ def _fedrod_t3_note() -> str:
         f"{paper[('FedPAC', '1', FMNIST20, 'Fed-RoD', 'acc')] - paper[('FedPAC', '1', FMNIST20, 'FedRep', 'acc')]:+.2f} "
         f"in Table 1, ours {table1:+.2f} in Table 1 (seed 0): the shared head costs ours more under the "
         "permutations than it costs the paper's, and the paper gives neither its permutations nor its seeds' "
-        "spread, so whether its draw was a milder one is not known.")
+        "spread, so whether its draw was a milder one is not known. Our personal loss trains the personal head "
+        f"alone; the diagnosis section \"{FEDROD_CHECK_SECTION}\" below lets it train the shared body too, as "
+        "FL-bench does" + (_fedrod_check_reading() or ", and has no finished run yet") + ".")
+
+
+FEDROD_CHECK = "table3_fedrod_check/fedrod__personal_loss_trains_body"
+FEDROD_CHECK_SECTION = "Fed-RoD: what the personal loss trains"
+
+
+def _fedrod_check_reading() -> str:
+    """The Fed-RoD check run (seed 0) against the concept-shift cell's seed 0, once both have finished: where
+    it ends beside the paper, nearer than that seed or further; "" before."""
+    check, cell = _seed_run(FEDROD_CHECK), _seed_run("table3_fmnist/fedrod")
+    if check is None or cell is None:
+        return ""
+    paper = paper_numbers()[("FedPAC", "3", T3_SETTING, "Fed-RoD", "acc")]
+    ours, theirs = cell["final_accuracy"]["mean"], check["final_accuracy"]["mean"]
+    further = abs(theirs - paper) > abs(ours - paper)
+    return (f": it ends at {theirs:.2f}, {theirs - paper:+.2f} from the paper, against {ours:.2f} "
+            f"({ours - paper:+.2f}) for the cell's seed 0, {theirs - ours:+.2f} from it, so what the personal loss "
+            + ("trains is not the gap" if further else "trains accounts for part of the gap"))
+
+
+def _fedrod_check_note() -> str:
+    """The note of Table 3's Fed-RoD diagnosis section: the two trainings, the command, and the reading."""
+    return ("The cell trains the personal head alone with the personal loss, CE of stop_gradient(g(z)) + "
+            "p(stop_gradient(z)), so the shared body and generic head learn from the balanced loss alone. FL-bench "
+            "adds the two losses on the same features, so the personal loss trains the body too; the second row "
+            "does that (`personal_loss_trains_body = true`, `docs/algorithms/fedrod.md`), seed 0 and every other "
+            "setting as the cell's: `python benchmarks/paper/run_table.py fedpac/table3_fedrod_check`. "
+            + ("Against the cell's seed 0" + _fedrod_check_reading() + "." if _fedrod_check_reading()
+               else "It has no finished run yet."))
 
 
 # Our number of a method's cell in Table 1's 20-client section: its results folder, or the files of an
@@ -876,6 +907,14 @@ FEDPAC_TABLE3 = Page(
                 ("Local-only", "local_only"), ("FedAvg-FT", "fedavg_ft"), ("FedRep", "fedrep"), ("Ditto", "ditto"),
                 ("pFedMe", "pfedme"), ("FedBABU", "fedbabu"), ("Fed-RoD", "fedrod"), ("FedPAC", "fedpac")],
             diagnosis=_fedrep_t3_note() + (" " + _fedrod_t3_note()).rstrip() + (" " + _pfedme_t3_note()).rstrip()),
+        Section(FEDROD_CHECK_SECTION, (
+            Row("Fed-RoD, the personal loss trains the personal head (the cell above, seed 0)",
+                ("table3_fmnist/fedrod/seed0",), FINAL, ("FedPAC", "3", T3_SETTING, "Fed-RoD", "acc")),
+            Row("Fed-RoD, the personal loss trains the body too (FL-bench)", (FEDROD_CHECK,), FINAL,
+                ("FedPAC", "3", T3_SETTING, "Fed-RoD", "acc"), run_file=f"fedpac/{FEDROD_CHECK}.toml")),
+            paper_rounds=200, counted=False, diagnosis=True,
+            why_not="a diagnosis of the Fed-RoD cell: what its personal loss trains",
+            note=_fedrod_check_note()),
     ),
 )
 

@@ -348,6 +348,42 @@ def test_scaffold_momentum_correction_changes_nothing_without_momentum(fed):
     assert leaves_equal(runs[0].server, runs[1].server) and leaves_equal(runs[0].clients, runs[1].clients)
 
 
+@pytest.mark.parametrize("trains_body", [False, True])
+def test_fedrod_one_step_by_hand_with_and_without_the_personal_loss_reaching_the_body(fed, trains_body):
+    """One full-batch plain SGD step: the body moves along the balanced loss's gradient, plus the personal
+    loss's when ``personal_loss_trains_body``; the generic head never sees the personal loss."""
+    train, _ = fed
+    lr = 0.05
+    state = _full_batch(fedrod, fed, personal_loss_trains_body=trains_body)
+    # a personal head that is not zero (nor constant across classes), so its loss has a gradient in the body
+    heads = state.clients["personal"]
+    noise = [0.3 * jax.random.normal(jax.random.PRNGKey(i), a.shape) for i, a in enumerate(jax.tree.leaves(heads))]
+    state = state.replace(clients={"personal": jax.tree.unflatten(jax.tree.structure(heads), noise)})
+    new, _ = fedrod.round(state, train)
+    grads = []
+    for i in range(NUM_CLIENTS):
+        offsets = fedrod.balanced_offsets(train.y[i], train.mask[i], NUM_CLASSES, 1.0)
+
+        def balanced(shared):
+            logits = MODEL.apply(shared, train.x[i]) + offsets
+            return masked_mean(cross_entropy(logits, train.y[i]), train.mask[i])
+
+        def personal(body):
+            z = MODEL.features(body, train.x[i])
+            logits = (jax.lax.stop_gradient(MODEL.logits_from_features(state.server["head"], z))
+                      + MODEL.logits_from_features(row(state.clients["personal"], i), z))
+            return masked_mean(cross_entropy(logits, train.y[i]), train.mask[i])
+
+        g = jax.grad(balanced)(state.server)
+        if trains_body:
+            g = {**g, "body": jax.tree.map(jnp.add, g["body"], jax.grad(personal)(state.server["body"]))}
+        grads.append(g)
+    n = np.asarray(train.mask.sum(1), np.float32)
+    want = jax.tree.map(lambda w, *gs: w - lr * sum(ni * gi for ni, gi in zip(n, gs)) / n.sum(), state.server, *grads)
+    for got, exp in zip(jax.tree.leaves(new.server), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-4, atol=1e-6)
+
+
 def test_fedrod_balanced_softmax_and_personal_path(fed):
     train, test = fed
     counts = np.bincount(np.asarray(train.y[0])[np.asarray(train.mask[0])], minlength=NUM_CLASSES)

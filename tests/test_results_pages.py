@@ -1978,3 +1978,21 @@ def test_the_scaffold_check_note_reads_each_columns_check_beside_its_cell(monkey
             "the tolerance, so the swing accounts for part of the gap") in note
     assert (f"With 20 clients the check ends at {near - 1.25:.2f}, -1.25 from the paper, further from it, so the "
             "swing is not the gap") in note
+
+
+def test_the_fedrod_check_is_read_against_the_cells_seed_0(monkeypatch):
+    """Table 3's Fed-RoD diagnosis: the joint-training run of seed 0 is set beside the cell's seed 0, nearer to
+    the paper or further; nothing is read before both have finished."""
+    gen = _generator()
+    here = paper_csv()[("FedPAC", "3", "FMNIST/concept_shift_20clients", "Fed-RoD", "acc")]
+    finals = {"table3_fmnist/fedrod": here - 1.25}
+    monkeypatch.setattr(gen, "_seed_run", lambda cell, seed=0: (
+        {"final_accuracy": {"mean": finals[cell]}} if cell in finals else None))
+    assert gen._fedrod_check_reading() == ""
+    assert gen._fedrod_check_note().endswith("It has no finished run yet.")
+    finals[gen.FEDROD_CHECK] = here - 0.5
+    assert gen._fedrod_check_reading() == (
+        f": it ends at {here - 0.5:.2f}, -0.50 from the paper, against {here - 1.25:.2f} (-1.25) for the cell's "
+        "seed 0, +0.75 from it, so what the personal loss trains accounts for part of the gap")
+    finals[gen.FEDROD_CHECK] = here - 2.0
+    assert gen._fedrod_check_note().endswith("-0.75 from it, so what the personal loss trains is not the gap.")

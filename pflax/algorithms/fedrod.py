@@ -26,6 +26,9 @@ Deliberate choices: the personal loss trains only the personal head (``z`` and `
 there), so the shared body and generic head learn from the balanced objective alone, which is what
 the server averages; the personal head starts at zero, so each client's personal model starts as the
 generic one. One optimiser (per-leaf momentum and decay) serves all three parts.
+``personal_loss_trains_body = True`` lets the personal loss reach the body too (``z`` no longer a
+constant there; ``g(z)`` still is), as FL-bench trains its two heads on shared features with the two
+losses added.
 
 >>> import jax, pflax
 >>> train, test = pflax.data.toy_federation()
@@ -65,12 +68,15 @@ class Config(base.SGDConfig):
     Attributes:
       gamma: the exponent of ``n_{i,y}`` in the generic path's offsets ``gamma * log n_{i,y}`` (1: the
         paper's balanced softmax; 0: plain CE), >= 0.
+      personal_loss_trains_body: whether the personal path's CE also trains the shared body (FL-bench's
+        joint training) rather than the personal head alone (False, the default).
 
     >>> Config(gamma=0.0).gamma  # no offsets: plain CE on the generic path too
     0.0
     """
 
     gamma: float = 1.0
+    personal_loss_trains_body: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -153,7 +159,8 @@ def _local_update(server, participant, model, cfg: Config) -> dict:
         z = model.features(p["body"], batch["x"])
         generic = model.logits_from_features(p["head"], z)
         balanced = masked_mean(cross_entropy(generic + offsets, batch["y"]), w)
-        personal = jax.lax.stop_gradient(generic) + model.logits_from_features(p["personal"], jax.lax.stop_gradient(z))
+        personal_features = z if cfg.personal_loss_trains_body else jax.lax.stop_gradient(z)
+        personal = jax.lax.stop_gradient(generic) + model.logits_from_features(p["personal"], personal_features)
         return balanced + masked_mean(cross_entropy(personal, batch["y"]), w)
 
     params, loss_value = base.train({**server, **participant["client"]}, loss, participant, cfg)
