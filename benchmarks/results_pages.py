@@ -1034,7 +1034,8 @@ def _fedem_t4_note(components: int, clients: int = 100) -> str:
                  + (f"as {like}, the paper's reads as a mixture whose weights stayed spread" if like else
                     "the paper's reads as a mixture whose weights stayed spread (a mixture of near-global models, "
                     "which lands near FedAvg), ours as a clustered one. The paper reports no mixture weights and its "
-                    "baselines' code is not released, so why the weights differ is not measured")
+                    "baselines' code is not released; the diagnosis section \"" + FEDEM_CHECK_SECTION + "\" below "
+                    "runs the server step of FedEM's own paper and code, which the cell does not follow")
                  + ("" if not like else ", which its unreleased baselines leave unmeasured") + ".")
     ft_ours = _cell_number(f"{folder}/fedem_ft__m_{components}/**/from_fedem__m_{components}.json")
     ft_gap = None if ft_ours is None else ft_ours - paper_of(f"FedEM-FT (M={components})", setting)
@@ -1131,6 +1132,38 @@ def _fedem_ft_note(components: int, clients: int = 100) -> str:
     return text
 
 
+FEDEM_CHECK = "table4_fedem_check/fedem__m_3__client_size"
+FEDEM_CHECK_SECTION = "FedEM: the server's weights"
+
+
+def _one_component_clients(run: dict) -> tuple[int, int]:
+    """How many of a FedEM run's last-round participants put at least 0.9 of their mixture weight on one
+    component, and how many participants there were (``last_round.pi``)."""
+    weights = [max(pi) for pi in run["last_round"]["pi"]]
+    return sum(w >= 0.9 for w in weights), len(weights)
+
+
+def _fedem_check_note() -> str:
+    """The note of Table 4's FedEM diagnosis section: the two server steps, the command, and, once the check
+    has finished, where it ends beside the cell and how its clients weigh the components."""
+    text = ("FedEM's paper (Algorithm 2) and official code (`aggregator.py`, `CentralizedAggregator.mix`) make each "
+            "component the n_i-weighted mean of every client's trained copy; the cell weighs client i's copy of "
+            "component m by its responsibility mass n_i pi_im (`docs/algorithms/clustered.md`). With the official "
+            "weights a component that a client hardly uses still enters the mean at the client's full weight, "
+            "nearly unchanged, so each component moves by its users' share of the updates. The second row runs "
+            "that step (`component_weights = \"client_size\"`), every other setting as the cell's: "
+            "`python benchmarks/paper/run_table.py fedpac/table4_fedem_check`.")
+    cell, check = _finished_runs("table1_fmnist/fedem__m_3"), _finished_runs(FEDEM_CHECK)
+    if not cell or not check:
+        return text + " It has no finished run yet."
+    here = paper_numbers()[("FedPAC", "4", FMNIST20, "FedEM (M=3)", "acc")]
+    ours, theirs = _mean_of_finals(cell), _mean_of_finals(check)
+    (one, of), (one_cell, of_cell) = _one_component_clients(check[0]), _one_component_clients(cell[0])
+    return text + (f" It {_check_reading(theirs, ours, here, 'the server step')} (the cell: {ours:.2f}, "
+                   f"{ours - here:+.2f}). In its last round {one} of its {of} clients put at least 0.9 of their "
+                   f"mixture weight on one component (the cell: {one_cell} of {of_cell}).")
+
+
 FEDPAC_TABLE4 = Page(
     slug="fedpac_table4",
     title="FedPAC, Table 4: more baselines on Fashion-MNIST",
@@ -1161,6 +1194,14 @@ FEDPAC_TABLE4 = Page(
                   repeat_of="fedpac_table1.md"),), paper_rounds=200,
                 note=_fedem_t4_note(3, clients=20) + (" " + _fedem_t4_note(5, clients=20)).rstrip()
                 + (" " + _fedem_ft_note(3, clients=20)).rstrip() + (" " + _fedem_ft_note(5, clients=20)).rstrip()),
+        Section(FEDEM_CHECK_SECTION, (
+            Row("FedEM (M=3), responsibility-mass weights (the cell above)", ("table1_fmnist/fedem__m_3",), FINAL,
+                ("FedPAC", "4", FMNIST20, "FedEM (M=3)", "acc"), run_file=T1_20 + "fedem__m_3.toml"),
+            Row("FedEM (M=3), client-size weights over every client (FedEM's paper and code)", (FEDEM_CHECK,),
+                FINAL, ("FedPAC", "4", FMNIST20, "FedEM (M=3)", "acc"), run_file=f"fedpac/{FEDEM_CHECK}.toml")),
+            paper_rounds=200, counted=False, diagnosis=True,
+            why_not="a diagnosis of the FedEM cells: the server's weights of the clients' trained components",
+            note=_fedem_check_note()),
         Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
             ("FedProx", "table1_fmnist_100clients/fedprox", "pflax", T1_100 + "fedprox.toml"),
             ("SCAFFOLD", "table1_fmnist_100clients/scaffold", "pflax", T1_100 + "scaffold.toml"),

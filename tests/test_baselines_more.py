@@ -5,6 +5,8 @@ Same tiny federation as ``test_baselines.py``: 10-class synthetic 12x12 images, 
 (5 clients, 3 dominant classes each), an MLP with one hidden layer of 32 units. Chance is 0.1. Each
 algorithm uses one configuration for both of its tests, so it compiles once.
 """
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -211,6 +213,36 @@ def test_fedem_pi_is_the_mean_responsibility(fed):
     x, y = fed[1].x[0], np.asarray(fed[1].y[0])
     probs = sum(pi[0, m] * np.asarray(jax.nn.softmax(MODEL.apply(row(new.server, m), x))) for m in range(3))
     assert acc[0] == pytest.approx(float(np.mean(np.argmax(probs, -1) == y)))
+
+
+def test_fedem_client_size_weights_are_the_official_servers_mean_over_every_client(fed):
+    """``component_weights = "client_size"``: each participant weighs every component by n_i, not by its
+    responsibility mass n_i pi_im; and the server's mean counts the non-participants' copies, the current
+    components, so a round of 2 of the 5 clients moves each component 2/5 of the way to the participants'
+    mean. With M = 1 (q = 1 everywhere) the participants' mean is the default rule's."""
+    train, _ = fed
+    state, _ = fedem.round(start(fedem, fed), train)
+    client = {"x": train.x[1], "y": train.y[1], "mask": train.mask[1].at[70:].set(False), "key": KEY,
+              "client": row(state.clients, 1)}
+    masses = {}
+    for weights in ("responsibility", "client_size"):
+        cfg = dataclasses.replace(state.config, component_weights=weights)
+        masses[weights] = np.asarray(fedem._local_update(state.server, client, MODEL, cfg)["sum"]["weight"])
+    np.testing.assert_allclose(masses["client_size"], [70.0] * 3)
+    q = fedem.responsibilities(MODEL, state.server, state.clients["pi"][1], client["x"], client["y"], client["mask"])
+    np.testing.assert_allclose(masses["responsibility"], np.asarray(q.sum(1)), rtol=1e-5)
+    assert not np.allclose(masses["responsibility"], masses["client_size"])
+
+    two = train.take(jnp.array([0, 3]))
+    one = {w: start(fedem, fed, num_components=1, component_weights=w) for w in ("responsibility", "client_size")}
+    moved = {w: fedem.round(s, two)[0].server for w, s in one.items()}
+    want = jax.tree.map(lambda old, mean: old + (2 / NUM_CLIENTS) * (mean - old), one["client_size"].server,
+                        moved["responsibility"])
+    for got, exp in zip(jax.tree.leaves(moved["client_size"]), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-5, atol=1e-7)
+    full = {w: fedem.round(s, train)[0].server for w, s in one.items()}  # everyone trains: the same mean
+    for got, exp in zip(jax.tree.leaves(full["client_size"]), jax.tree.leaves(full["responsibility"])):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(exp), rtol=1e-6, atol=1e-7)
 
 
 def test_fedem_ft_scores_each_client_fine_tuned_mixture(fed):
@@ -423,7 +455,8 @@ def test_common_api_and_docs():
 
 def test_configs_validate():
     bad = [lambda: fedproto.Config(lam=-1), lambda: ifca.Config(num_clusters=0), lambda: hypcluster.Config(num_clusters=0),
-           lambda: fedem.Config(num_components=0), lambda: perfedavg.Config(beta=0), lambda: perfedavg.Config(version="so"),
+           lambda: fedem.Config(num_components=0), lambda: fedem.Config(component_weights="n_i"),
+           lambda: perfedavg.Config(beta=0), lambda: perfedavg.Config(version="so"),
            lambda: fedfomo.Config(val_ratio=1.0), lambda: fedfomo.Config(num_downloads=-1), lambda: fedfomo.Config(epsilon=2),
            lambda: fesem.Config(num_clusters=0), lambda: cfl.Config(min_cluster_size=1), lambda: cfl.Config(linkage="ward"),
            lambda: cfl.Config(eps1=-1), lambda: pfedhn.Config(server_lr=0), lambda: pfedhn.Config(embed_dim=0),

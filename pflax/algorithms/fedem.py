@@ -31,6 +31,14 @@ the local objective; this weight reduces to the paper's when a client's responsi
 ``log pi`` is floored at ``log(1e-30)`` so a vanished component never produces ``-inf - (-inf)``. A
 participant without data keeps its ``pi`` and contributes weight 0.
 
+``component_weights = "client_size"`` runs the paper's and the official code's server step instead:
+every component is the ``n_i``-weighted mean of *all* clients' copies (``CentralizedAggregator.mix`` in
+``aggregator.py``), where a client that did not train this round holds the current components. For the
+participants ``S`` that is ``w_m <- w_m + s * sum_S n_i (w_im - w_m) / sum_S n_i`` with ``s = |S| / N``
+(exact when the clients have equal sizes, as in FedPAC's settings; with full participation ``s = 1``).
+A component a client hardly uses still gets its nearly unchanged copy at full weight, so each
+component moves by its users' share of the updates rather than by their mean.
+
 >>> import jax, pflax
 >>> train, _ = pflax.data.toy_federation()
 >>> state = pflax.fedem.init(jax.random.PRNGKey(0), pflax.models.mlp(10, hidden=(8,)), train.x[0], 2,
@@ -57,6 +65,7 @@ __all__ = ["Config", "State", "ALGORITHM", "init", "round", "evaluate", "sample_
            "responsibilities", "mixture_probabilities"]
 
 LOG_FLOOR = 1e-30
+COMPONENT_WEIGHTS = ("responsibility", "client_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +78,9 @@ class Config(base.SGDConfig):
         update of this many epochs on its training split (E-step, M-step for ``pi``, fresh SGD on every
         component with its responsibilities) and is scored with the fine-tuned mixture, which is then
         thrown away; ``evaluate`` then needs the training split. 0 (the default) is plain FedEM.
+      component_weights: the server's weights of the participants' trained copies: ``"responsibility"``
+        (the default), each client's responsibility mass ``n_i pi_im``; ``"client_size"``, ``n_i`` with
+        the non-participants' copies (the current components) in the mean, as FedEM's paper and code.
 
     >>> Config().num_components, Config(finetune_epochs=5).needs_train
     (3, True)
@@ -76,9 +88,12 @@ class Config(base.SGDConfig):
 
     num_components: int = 3
     finetune_epochs: int = 0
+    component_weights: str = "responsibility"
 
     def __post_init__(self):
         super().__post_init__()
+        base.require(self.component_weights in COMPONENT_WEIGHTS,
+                     f"FedEM component_weights must be one of {COMPONENT_WEIGHTS}, got {self.component_weights!r}")
         base.require(self.num_components >= 1, f"FedEM num_components must be >= 1, got {self.num_components}")
         base.require(self.finetune_epochs >= 0, f"FedEM finetune_epochs must be >= 0, got {self.finetune_epochs}")
 
@@ -205,10 +220,12 @@ def _em_update(components, pi, client: dict, model, cfg: Config, epochs: int | N
 
 def _local_update(components, participant: dict, model, cfg: Config) -> dict:
     trained, q, new_pi, losses = _em_update(components, participant["client"]["pi"], participant, model, cfg)
-    # Component m is averaged over clients with weights mass_m = sum of the client's q[m]; this
-    # client's terms of the M means are summed as the clients finish.
-    return {"sum": aggregate.grouped_term(trained, q.sum(1)), "client": {"pi": new_pi},
-            "n": base.num_samples(participant), "loss": losses.sum(), "pi": new_pi}
+    # Component m is averaged over clients with weights mass_m = sum of the client's q[m] (or n_i for every
+    # m); this client's terms of the M means are summed as the clients finish.
+    n = base.num_samples(participant)
+    mass = q.sum(1) if cfg.component_weights == "responsibility" else jnp.broadcast_to(n, q.shape[:1])
+    return {"sum": aggregate.grouped_term(trained, mass), "client": {"pi": new_pi},
+            "n": n, "loss": losses.sum(), "pi": new_pi}
 
 
 def pieces_for(model, cfg: Config) -> federated.RoundPieces:
@@ -229,8 +246,16 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
     return federated.RoundPieces(
         broadcast=federated.no_broadcast,
         local_update=lambda components, participant: _local_update(components, participant, model, cfg),
-        server_update=clustered.average_groups,
+        server_update=clustered.average_groups if cfg.component_weights == "responsibility" else _all_clients_mean,
     )
+
+
+def _all_clients_mean(state: State, batch, uploads: dict, reduced: dict):
+    """The server step of ``component_weights = "client_size"``: the participants' ``n_i``-weighted mean,
+    moved toward by their share ``|S| / N`` of the clients, the others' copies being the current components."""
+    means, _, metrics = clustered.average_groups(state, batch, uploads, reduced)
+    share = (batch.mask.sum(1) > 0).sum() / state.num_clients
+    return jax.tree.map(lambda old, new: old + share * (new - old), state.server, means), None, metrics
 
 
 def _score(c: dict, components, model, cfg: Config):
