@@ -1132,8 +1132,10 @@ def _fedem_ft_note(components: int, clients: int = 100) -> str:
     return text
 
 
-FEDEM_CHECK = "table4_fedem_check/fedem__m_3__client_size"
+FEDEM_CHECK = "table4_fedem_check/fedem__m_3__client_size_{clients}clients"
 FEDEM_CHECK_SECTION = "FedEM: the server's weights"
+FEDEM_CELLS = {20: ("table1_fmnist/fedem__m_3", FMNIST20, T1_20 + "fedem__m_3.toml"),
+               100: ("table1_fmnist_100clients/fedem__m_3", FMNIST100, T1_100 + "fedem__m_3.toml")}
 
 
 def _one_component_clients(run: dict) -> tuple[int, int]:
@@ -1144,24 +1146,29 @@ def _one_component_clients(run: dict) -> tuple[int, int]:
 
 
 def _fedem_check_note() -> str:
-    """The note of Table 4's FedEM diagnosis section: the two server steps, the command, and, once the check
-    has finished, where it ends beside the cell and how its clients weigh the components."""
+    """The note of Table 4's FedEM diagnosis section: the two server steps, the command, and, for each column
+    whose check has finished, where it ends beside the cell and how its clients weigh the components."""
     text = ("FedEM's paper (Algorithm 2) and official code (`aggregator.py`, `CentralizedAggregator.mix`) make each "
-            "component the n_i-weighted mean of every client's trained copy; the cell weighs client i's copy of "
-            "component m by its responsibility mass n_i pi_im (`docs/algorithms/clustered.md`). With the official "
-            "weights a component that a client hardly uses still enters the mean at the client's full weight, "
-            "nearly unchanged, so each component moves by its users' share of the updates. The second row runs "
-            "that step (`component_weights = \"client_size\"`), every other setting as the cell's: "
+            "component the n_i-weighted mean of every client's copy, a client that did not train this round "
+            "holding the current components; the cell takes the participants' trained copies alone and weighs "
+            "client i's copy of component m by its responsibility mass n_i pi_im (`docs/algorithms/clustered.md`). "
+            "With the official weights a component that a client hardly uses still enters the mean at the client's "
+            "full weight, nearly unchanged, so each component moves by its users' share of the updates, and with "
+            "100 clients by the participants' share, 0.3. The check rows run that step (`component_weights = "
+            "\"client_size\"`), every other setting as their cells': "
             "`python benchmarks/paper/run_table.py fedpac/table4_fedem_check`.")
-    cell, check = _finished_runs("table1_fmnist/fedem__m_3"), _finished_runs(FEDEM_CHECK)
-    if not cell or not check:
-        return text + " It has no finished run yet."
-    here = paper_numbers()[("FedPAC", "4", FMNIST20, "FedEM (M=3)", "acc")]
-    ours, theirs = _mean_of_finals(cell), _mean_of_finals(check)
-    (one, of), (one_cell, of_cell) = _one_component_clients(check[0]), _one_component_clients(cell[0])
-    return text + (f" It {_check_reading(theirs, ours, here, 'the server step')} (the cell: {ours:.2f}, "
-                   f"{ours - here:+.2f}). In its last round {one} of its {of} clients put at least 0.9 of their "
-                   f"mixture weight on one component (the cell: {one_cell} of {of_cell}).")
+    for clients, (cell_folder, setting, _) in FEDEM_CELLS.items():
+        cell, check = _finished_runs(cell_folder), _finished_runs(FEDEM_CHECK.format(clients=clients))
+        if not cell or not check:
+            text += f" With {clients} clients the check has no finished run yet."
+            continue
+        here = paper_numbers()[("FedPAC", "4", setting, "FedEM (M=3)", "acc")]
+        ours, theirs = _mean_of_finals(cell), _mean_of_finals(check)
+        (one, of), (one_cell, of_cell) = _one_component_clients(check[0]), _one_component_clients(cell[0])
+        text += (f" With {clients} clients the check {_check_reading(theirs, ours, here, 'the server step')} (the "
+                 f"cell: {ours:.2f}, {ours - here:+.2f}); in its last round {one} of its {of} clients put at least "
+                 f"0.9 of their mixture weight on one component (the cell: {one_cell} of {of_cell}).")
+    return text
 
 
 FEDPAC_TABLE4 = Page(
@@ -1194,14 +1201,6 @@ FEDPAC_TABLE4 = Page(
                   repeat_of="fedpac_table1.md"),), paper_rounds=200,
                 note=_fedem_t4_note(3, clients=20) + (" " + _fedem_t4_note(5, clients=20)).rstrip()
                 + (" " + _fedem_ft_note(3, clients=20)).rstrip() + (" " + _fedem_ft_note(5, clients=20)).rstrip()),
-        Section(FEDEM_CHECK_SECTION, (
-            Row("FedEM (M=3), responsibility-mass weights (the cell above)", ("table1_fmnist/fedem__m_3",), FINAL,
-                ("FedPAC", "4", FMNIST20, "FedEM (M=3)", "acc"), run_file=T1_20 + "fedem__m_3.toml"),
-            Row("FedEM (M=3), client-size weights over every client (FedEM's paper and code)", (FEDEM_CHECK,),
-                FINAL, ("FedPAC", "4", FMNIST20, "FedEM (M=3)", "acc"), run_file=f"fedpac/{FEDEM_CHECK}.toml")),
-            paper_rounds=200, counted=False, diagnosis=True,
-            why_not="a diagnosis of the FedEM cells: the server's weights of the clients' trained components",
-            note=_fedem_check_note()),
         Section("100 clients, participation C = 0.3", _fedpac_t1(FMNIST100, [
             ("FedProx", "table1_fmnist_100clients/fedprox", "pflax", T1_100 + "fedprox.toml"),
             ("SCAFFOLD", "table1_fmnist_100clients/scaffold", "pflax", T1_100 + "scaffold.toml"),
@@ -1219,6 +1218,17 @@ FEDPAC_TABLE4 = Page(
                                    + (" " + _scaffold_100_note()).rstrip() + (" " + _fedem_t4_note(3)).rstrip()
                                    + (" " + _fedem_t4_note(5)).rstrip() + (" " + _fedem_ft_note(3)).rstrip()
                                    + (" " + _fedem_ft_note(5)).rstrip()),
+        Section(FEDEM_CHECK_SECTION, tuple(
+            row for clients, (cell, setting, run_file) in FEDEM_CELLS.items()
+            for row in (
+                Row(f"FedEM (M=3), {clients} clients, responsibility-mass weights (the cell)", (cell,), FINAL,
+                    ("FedPAC", "4", setting, "FedEM (M=3)", "acc"), run_file=run_file),
+                Row(f"FedEM (M=3), {clients} clients, client-size weights over every client (FedEM's paper and code)",
+                    (FEDEM_CHECK.format(clients=clients),), FINAL, ("FedPAC", "4", setting, "FedEM (M=3)", "acc"),
+                    run_file=f"fedpac/{FEDEM_CHECK.format(clients=clients)}.toml"))),
+            paper_rounds=200, counted=False, diagnosis=True,
+            why_not="a diagnosis of the FedEM cells: the server's weights of the clients' trained components",
+            note=_fedem_check_note()),
         Section(SCAFFOLD_CHECK_SECTION, tuple(
             row for clients, setting, cell, run_file in (
                 (100, FMNIST100, "table1_fmnist_100clients/scaffold", T1_100 + "scaffold.toml"),

@@ -1999,18 +1999,19 @@ def test_the_fedrod_check_is_read_against_the_cells_seed_0(monkeypatch):
 
 
 def test_the_fedem_check_note_reads_the_check_and_its_mixture_weights(monkeypatch):
-    """Table 4's FedEM diagnosis: nothing is read before both runs finish; then the check's end beside the cell
-    and the paper, and how many of each run's last-round clients put 0.9 of their weight on one component."""
+    """Table 4's FedEM diagnosis: a column is read only once both of its runs finish; then the check's end beside
+    the cell and the paper, and how many of each run's last-round clients put 0.9 of their weight on one component."""
     gen = _generator()
     here = paper_csv()[("FedPAC", "4", "FMNIST/20clients_frac1.0", "FedEM (M=3)", "acc")]
     runs = {"table1_fmnist/fedem__m_3": [{"final_accuracy": {"mean": here + 2.6},
                                           "last_round": {"pi": [[1.0, 0.0, 0.0], [0.05, 0.95, 0.0]]}}]}
     monkeypatch.setattr(gen, "_finished_runs", lambda cell: runs.get(cell, []))
-    assert gen._fedem_check_note().endswith("`python benchmarks/paper/run_table.py fedpac/table4_fedem_check`. "
-                                            "It has no finished run yet.")
-    runs[gen.FEDEM_CHECK] = [{"final_accuracy": {"mean": here + 0.5},
-                              "last_round": {"pi": [[0.5, 0.3, 0.2], [0.1, 0.9, 0.0]]}}]
+    assert ("`python benchmarks/paper/run_table.py fedpac/table4_fedem_check`. With 20 clients the check has no "
+            "finished run yet. With 100 clients the check has no finished run yet.") in gen._fedem_check_note()
+    runs[gen.FEDEM_CHECK.format(clients=20)] = [{"final_accuracy": {"mean": here + 0.5},
+                                                 "last_round": {"pi": [[0.5, 0.3, 0.2], [0.1, 0.9, 0.0]]}}]
     assert gen._fedem_check_note().endswith(
-        f" It ends at {here + 0.5:.2f}, +0.50 from the paper, nearer to it and within the tolerance, so the server "
-        f"step accounts for part of the gap (the cell: {here + 2.6:.2f}, +2.60). In its last round 1 of its 2 clients "
-        "put at least 0.9 of their mixture weight on one component (the cell: 2 of 2).")
+        f" With 20 clients the check ends at {here + 0.5:.2f}, +0.50 from the paper, nearer to it and within the "
+        f"tolerance, so the server step accounts for part of the gap (the cell: {here + 2.6:.2f}, +2.60); in its "
+        "last round 1 of its 2 clients put at least 0.9 of their mixture weight on one component (the cell: 2 of "
+        "2). With 100 clients the check has no finished run yet.")
