@@ -104,6 +104,21 @@ def num_samples(client: dict) -> Array:
     return client["mask"].sum().astype(jnp.float32)
 
 
+def has_data(batch) -> Array:
+    """1.0 for each client of a round's batch that has at least one real sample, else 0.0.
+
+    Args:
+      batch: a round's clients, with a ``[m, n_max]`` boolean ``mask``.
+    Returns:
+      a float32 ``[m]`` array; its sum is ``|S|``, the participants that train.
+
+    >>> from types import SimpleNamespace
+    >>> has_data(SimpleNamespace(mask=jnp.array([[True, False], [False, False]]))).tolist()
+    [1.0, 0.0]
+    """
+    return (batch.mask.sum(1) > 0).astype(jnp.float32)
+
+
 def local_steps(mask: Array, cfg: SGDConfig) -> Array:
     """Optimiser steps one client takes in a round: minibatches with at least one real sample over
     ``local_epochs`` epochs, ``E * ceil(n_i / B)`` (0 for a client without data).

@@ -254,7 +254,7 @@ def _all_clients_mean(state: State, batch, uploads: dict, reduced: dict):
     """The server step of ``component_weights = "client_size"``: the participants' ``n_i``-weighted mean,
     moved toward by their share ``|S| / N`` of the clients, the others' copies being the current components."""
     means, _, metrics = clustered.average_groups(state, batch, uploads, reduced)
-    share = (batch.mask.sum(1) > 0).sum() / state.num_clients
+    share = base.has_data(batch).sum() / state.num_clients
     return jax.tree.map(lambda old, new: old + share * (new - old), state.server, means), None, metrics
 
 

@@ -161,16 +161,11 @@ def _local_update(server, participant: dict, model, cfg: Config) -> dict:
     }
 
 
-def _active(batch) -> jax.Array:
-    """1 for a participant with data, else 0: the unweighted means' weights."""
-    return (batch.mask.sum(1) > 0).astype(jnp.float32)
-
-
 def _server_update(state: State, batch, uploads: dict, reduced: dict):
     cfg = state.config
     no_update = {"w": _zeros(state.server["params"]), "c": _zeros(state.server["c"])}
     mean = federated.mean_or(reduced, no_update)
-    share = _active(batch).sum() / state.num_clients
+    share = base.has_data(batch).sum() / state.num_clients
     server = {
         "params": jax.tree.map(lambda w, d: w + cfg.global_lr * d, state.server["params"], mean["w"]),
         "c": jax.tree.map(lambda c, d: c + share * d, state.server["c"], mean["c"]),
@@ -197,7 +192,7 @@ def pieces_for(model, cfg: Config) -> federated.RoundPieces:
         broadcast=federated.no_broadcast,
         local_update=lambda server, participant: _local_update(server, participant, model, cfg),
         server_update=_server_update,
-        weights=lambda state, batch: _active(batch),
+        weights=lambda state, batch: base.has_data(batch),
     )
 
 
