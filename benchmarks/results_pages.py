@@ -819,13 +819,13 @@ def _fedrod_check_reading() -> str:
 
 def _fedrod_check_note() -> str:
     """The note of Table 3's Fed-RoD diagnosis section: the two trainings, the command, and the reading."""
+    reading = _fedrod_check_reading()
     return ("The cell trains the personal head alone with the personal loss, CE of stop_gradient(g(z)) + "
             "p(stop_gradient(z)), so the shared body and generic head learn from the balanced loss alone. FL-bench "
             "adds the two losses on the same features, so the personal loss trains the body too; the second row "
             "does that (`personal_loss_trains_body = true`, `docs/algorithms/fedrod.md`), seed 0 and every other "
             "setting as the cell's: `python benchmarks/paper/run_table.py fedpac/table3_fedrod_check`. "
-            + ("Against the cell's seed 0" + _fedrod_check_reading() + "." if _fedrod_check_reading()
-               else "It has no finished run yet."))
+            + ("Against the cell's seed 0" + reading + "." if reading else "It has no finished run yet."))
 
 
 # Our number of a method's cell in Table 1's 20-client section: its results folder, or the files of an
@@ -955,6 +955,21 @@ def _scaffold_100_note() -> str:
 
 SCAFFOLD_CHECK = "table4_scaffold_check/scaffold__momentum_corrected_{clients}clients"
 SCAFFOLD_CHECK_SECTION = "SCAFFOLD: control variates under momentum"
+SCAFFOLD_CELLS = {100: ("table1_fmnist_100clients/scaffold", FMNIST100, T1_100 + "scaffold.toml"),
+                  20: ("table1_fmnist/scaffold", FMNIST20, T1_20 + "scaffold.toml")}
+
+
+def _check_rows(method: str, cells: dict, cell_label: str, check_label: str, check: str) -> tuple[Row, ...]:
+    """A two-column diagnosis section's rows: for each column (``cells``: clients -> the cell's results folder,
+    its paper setting and its run file), the cell and the check run (``check`` formatted with the clients),
+    both against the paper's ``method`` in Table 4; the labels read "<method>, <clients> clients, <label>"."""
+    return tuple(
+        row for clients, (cell, setting, run_file) in cells.items()
+        for row in (
+            Row(f"{method}, {clients} clients, {cell_label}", (cell,), FINAL, ("FedPAC", "4", setting, method, "acc"),
+                run_file=run_file),
+            Row(f"{method}, {clients} clients, {check_label}", (check.format(clients=clients),), FINAL,
+                ("FedPAC", "4", setting, method, "acc"), run_file=f"fedpac/{check.format(clients=clients)}.toml")))
 
 
 def _scaffold_check_note() -> str:
@@ -969,8 +984,7 @@ def _scaffold_check_note() -> str:
         "The check rows divide by K_mu lr instead (`momentum_corrected_controls = true`, "
         "`docs/algorithms/scaffold.md`), every other setting as their cells': "
         "`python benchmarks/paper/run_table.py fedpac/table4_scaffold_check` runs them.")
-    for clients, setting, cell in ((100, FMNIST100, "table1_fmnist_100clients/scaffold"),
-                                   (20, FMNIST20, "table1_fmnist/scaffold")):
+    for clients, (cell, setting, _) in SCAFFOLD_CELLS.items():
         ours = _mean_final(cell)
         if ours is None:
             continue
@@ -1218,27 +1232,15 @@ FEDPAC_TABLE4 = Page(
                                    + (" " + _scaffold_100_note()).rstrip() + (" " + _fedem_t4_note(3)).rstrip()
                                    + (" " + _fedem_t4_note(5)).rstrip() + (" " + _fedem_ft_note(3)).rstrip()
                                    + (" " + _fedem_ft_note(5)).rstrip()),
-        Section(FEDEM_CHECK_SECTION, tuple(
-            row for clients, (cell, setting, run_file) in FEDEM_CELLS.items()
-            for row in (
-                Row(f"FedEM (M=3), {clients} clients, responsibility-mass weights (the cell)", (cell,), FINAL,
-                    ("FedPAC", "4", setting, "FedEM (M=3)", "acc"), run_file=run_file),
-                Row(f"FedEM (M=3), {clients} clients, client-size weights over every client (FedEM's paper and code)",
-                    (FEDEM_CHECK.format(clients=clients),), FINAL, ("FedPAC", "4", setting, "FedEM (M=3)", "acc"),
-                    run_file=f"fedpac/{FEDEM_CHECK.format(clients=clients)}.toml"))),
+        Section(FEDEM_CHECK_SECTION, _check_rows(
+            "FedEM (M=3)", FEDEM_CELLS, "responsibility-mass weights (the cell)",
+            "client-size weights over every client (FedEM's paper and code)", FEDEM_CHECK),
             paper_rounds=200, counted=False, diagnosis=True,
             why_not="a diagnosis of the FedEM cells: the server's weights of the clients' trained components",
             note=_fedem_check_note()),
-        Section(SCAFFOLD_CHECK_SECTION, tuple(
-            row for clients, setting, cell, run_file in (
-                (100, FMNIST100, "table1_fmnist_100clients/scaffold", T1_100 + "scaffold.toml"),
-                (20, FMNIST20, "table1_fmnist/scaffold", T1_20 + "scaffold.toml"))
-            for row in (
-                Row(f"SCAFFOLD, {clients} clients, option II as written (the cell above)", (cell,), FINAL,
-                    ("FedPAC", "4", setting, "SCAFFOLD", "acc"), run_file=run_file),
-                Row(f"SCAFFOLD, {clients} clients, control variates over the momentum step sum",
-                    (SCAFFOLD_CHECK.format(clients=clients),), FINAL, ("FedPAC", "4", setting, "SCAFFOLD", "acc"),
-                    run_file=f"fedpac/{SCAFFOLD_CHECK.format(clients=clients)}.toml"))),
+        Section(SCAFFOLD_CHECK_SECTION, _check_rows(
+            "SCAFFOLD", SCAFFOLD_CELLS, "option II as written (the cell above)",
+            "control variates over the momentum step sum", SCAFFOLD_CHECK),
             paper_rounds=200, counted=False, diagnosis=True,
             why_not="a diagnosis of the SCAFFOLD cells: option II's control variates under momentum",
             note=_scaffold_check_note()),
