@@ -19,7 +19,8 @@ variant's Config. Then it evaluates
 every client and writes ``benchmarks/results/<table>/<variant>/from_<base>.json``, one per seed
 (``seed<k>/`` folders when the file lists several), skipping the seeds that have theirs already (whose base
 runs' checkpoints may be gone; ``--rerun`` evaluates them again). ``benchmarks/results_pages.py`` reads
-that file.
+that file. ``benchmarks/paper/run_table.py`` does the same by itself for a table's variant cells
+(:func:`variant_bases`) whenever the base run of a seed has finished on the same machine.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+PAPER = REPO / "benchmarks" / "paper"
+RESULTS = REPO / "benchmarks" / "results"
 
 # Algorithms that train alike, by family, and the Config fields that only their evaluation reads: two run
 # files of one family that differ only in these train identically. FedAvg-FT and kNN-Per are presets of
@@ -118,6 +121,106 @@ def _relative(path: Path) -> str:
     return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
 
 
+class BaseRunNotReady(RuntimeError):
+    """The base run cannot be read for a seed: not finished, or its final checkpoint is not on this machine."""
+
+
+def variant_bases(run_files: list[Path]) -> dict[str, str]:
+    """Which cells of a table are read from another cell's run: each cell that trains exactly as an earlier
+    one (:func:`training_identical`, seeds included), mapped to the first such cell.
+
+    Args:
+      run_files: the table's run files in the order its cells run (a base comes before its variants).
+
+    Returns:
+      ``{variant cell: base cell}`` by file stem; a file that does not parse is left out (running it says why).
+
+    >>> import tempfile
+    >>> from pflax.experiment import RunSpec
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> for name, epochs in (("fedem", 0), ("fedem_ft", 5)):
+    ...     _ = (folder / f"{name}.toml").write_text(
+    ...         RunSpec("fedem", rounds=5, config={"finetune_epochs": epochs}).to_toml())
+    >>> variant_bases([folder / "fedem.toml", folder / "fedem_ft.toml"])
+    {'fedem_ft': 'fedem'}
+    """
+    from pflax.experiment import RunError, RunSpec
+
+    specs = {}
+    for path in run_files:
+        try:
+            specs[path.stem] = RunSpec.from_file(path).resolved()
+        except RunError:
+            continue
+    bases = {}
+    names = list(specs)
+    for i, name in enumerate(names):
+        for earlier in names[:i]:
+            if earlier not in bases and not training_identical(specs[earlier], specs[name]):
+                bases[name] = earlier
+                break
+    return bases
+
+
+def evaluate_seed(table: str, base_cell: str, variant_cell: str, seed: int, *, paper_dir: Path = PAPER,
+                  results_dir: Path = RESULTS) -> Path:
+    """Read one seed of a variant cell from its base cell's finished run and write its ``from_<base>.json``.
+
+    Args:
+      table: ``<paper>/<table>``, a folder under ``paper_dir``.
+      base_cell, variant_cell: the two cells' names (their run files' stems).
+      seed: one of the run files' seeds.
+      paper_dir, results_dir: where run files and results live.
+
+    Returns:
+      The path written.
+
+    Raises:
+      SystemExit: the two run files do not train alike, or list other seeds.
+      BaseRunNotReady: the base run of ``seed`` has not finished, or its final checkpoint is not here.
+    """
+    from pflax.experiment import RunSpec
+
+    folder = paper_dir / table
+    base, variant = (RunSpec.from_file(folder / f"{cell}.toml").resolved() for cell in (base_cell, variant_cell))
+    diffs = training_identical(base, variant)
+    if diffs:
+        sys.exit(f"{variant_cell} does not train as {base_cell}: " + "; ".join(diffs))
+    if base.seeds != variant.seeds:
+        sys.exit(f"{variant_cell} lists seeds {list(variant.seeds)}, {base_cell} {list(base.seeds)}")
+    sub = f"seed{seed}" if len(base.seeds) > 1 else ""
+    name = table.split("/")[-1]
+    source = results_dir / name / base_cell / sub
+    done = json.loads((source / "results.json").read_text()) if (source / "results.json").exists() else {}
+    if done.get("status") != "finished":
+        raise BaseRunNotReady(f"{_relative(source)}: the base run is not finished ({done.get('status', 'no results')})")
+    if not (source / "checkpoints").is_dir():
+        raise BaseRunNotReady(f"{_relative(source)}/checkpoints: no checkpoints on this machine (they are not "
+                              "committed; the base run's machine has them)")
+    measured = evaluate_from(base, variant, source / "checkpoints", seed)
+    if measured["round"] != base.rounds:
+        raise BaseRunNotReady(f"{_relative(source)}/checkpoints: latest round {measured['round']}, not the run's "
+                              f"last ({base.rounds})")
+    path = results_dir / name / variant_cell / sub / f"from_{base_cell}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "method": variant_cell,
+        "seed": seed,
+        "evaluated_model": f"pflax.algorithms.{variant.algorithm}.evaluate with the Config of "
+                           f"{_relative(folder / (variant_cell + '.toml'))}, applied to the state after the last "
+                           f"round of the run of {_relative(folder / (base_cell + '.toml'))}, on each client's "
+                           "own test split",
+        "source_run": _relative(source / "results.json"),
+        "command": f"python benchmarks/evaluate_variant.py {table} {base_cell} {variant_cell}",
+        "personalized_history": [measured],
+    }
+    path.write_text(json.dumps(result, indent=1))
+    mean = 100 * sum(measured["accuracy"]) / len(measured["accuracy"])
+    print(f"{variant_cell} (seed {seed}) from {base_cell}'s round {measured['round']}: {mean:.2f} % "
+          f"-> {_relative(path)}", flush=True)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     from pflax.experiment import RunSpec
 
@@ -125,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("table", help="<paper>/<table>, a folder under benchmarks/paper/")
     parser.add_argument("base", help="the cell whose finished run is evaluated")
     parser.add_argument("variant", help="the cell that trains as the base and is evaluated its own way")
-    parser.add_argument("--paper-dir", type=Path, default=REPO / "benchmarks" / "paper")
-    parser.add_argument("--results-dir", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--paper-dir", type=Path, default=PAPER)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="only these of the run files' seeds (default: all; a seed whose base run has not "
                              "finished stops the script)")
@@ -142,7 +245,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"{args.variant} does not train as {args.base}: " + "; ".join(diffs))
     if base.seeds != variant.seeds:
         sys.exit(f"{args.variant} lists seeds {list(variant.seeds)}, {args.base} {list(base.seeds)}")
-    table = args.table.split("/")[-1]
     unknown = sorted(set(args.seeds or ()) - set(base.seeds))
     if unknown:
         sys.exit(f"--seeds {unknown}: {args.base} lists seeds {list(base.seeds)}")
@@ -150,33 +252,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.seeds and seed not in args.seeds:
             continue
         sub = f"seed{seed}" if len(base.seeds) > 1 else ""
-        path = args.results_dir / table / args.variant / sub / f"from_{args.base}.json"
+        path = args.results_dir / args.table.split("/")[-1] / args.variant / sub / f"from_{args.base}.json"
         if path.exists() and not args.rerun:  # its base run's checkpoints may be gone by now
             print(f"{args.variant} (seed {seed}): {_relative(path)} is there already (--rerun evaluates it again)")
             continue
-        source = args.results_dir / table / args.base / sub
-        done = json.loads((source / "results.json").read_text())
-        if done.get("status") != "finished":
-            sys.exit(f"{source}: the base run is not finished ({done.get('status')})")
-        measured = evaluate_from(base, variant, source / "checkpoints", seed)
-        if measured["round"] != base.rounds:
-            sys.exit(f"{source}/checkpoints: latest round {measured['round']}, not the run's last ({base.rounds})")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        result = {
-            "method": args.variant,
-            "seed": seed,
-            "evaluated_model": f"pflax.algorithms.{variant.algorithm}.evaluate with the Config of "
-                               f"{_relative(folder / (args.variant + '.toml'))}, applied to the state after the last "
-                               f"round of the run of {_relative(folder / (args.base + '.toml'))}, on each client's "
-                               "own test split",
-            "source_run": _relative(source / "results.json"),
-            "command": f"python benchmarks/evaluate_variant.py {args.table} {args.base} {args.variant}",
-            "personalized_history": [measured],
-        }
-        path.write_text(json.dumps(result, indent=1))
-        mean = 100 * sum(measured["accuracy"]) / len(measured["accuracy"])
-        print(f"{args.variant} (seed {seed}) from {args.base}'s round {measured['round']}: {mean:.2f} % "
-              f"-> {_relative(path)}")
+        try:
+            evaluate_seed(args.table, args.base, args.variant, seed, paper_dir=args.paper_dir,
+                          results_dir=args.results_dir)
+        except BaseRunNotReady as err:
+            sys.exit(str(err))
     return 0
 
 

@@ -3949,7 +3949,9 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "one `Row` or `Page` entry in the script's `PAGES`. A cell whose method trains exactly as another "
             "cell's and differs only in its evaluation (FedEM-FT and FedEM) is read from the other's finished run: "
             "`python benchmarks/evaluate_variant.py <paper>/<table> <base cell> <cell>` writes "
-            "`from_<base cell>.json` in the cell's results folder. Paper numbers come from "
+            "`from_<base cell>.json` in the cell's results folder; `run_table.py` does so by itself for a "
+            "table's variant cells whose base run of the seed finished on the same machine (the base run's "
+            "checkpoints are not committed). Paper numbers come from "
             "`benchmarks/paper/paper_numbers.csv`, each row citing its paper table."]
     out += ["", "## Ordering", "",
             "Each section says whether the paper's ordering of methods holds: over every pair of methods whose "

@@ -2,6 +2,7 @@
 the other's finished run. Its training must be bit-identical to the base run's, and the script must
 reproduce a direct run's accuracies; a variant that trains differently is refused."""
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +134,52 @@ def test_seeds_outside_the_run_files_are_refused(runs):
     with pytest.raises(SystemExit, match=r"--seeds \[5\]: fedem lists seeds \[0\]"):
         _script().main(["demo/t", "fedem", "fedem_ft", "--paper-dir", str(root / "paper"),
                         "--results-dir", str(root / "results"), "--seeds", "5"])
+
+
+def test_run_table_reads_a_variant_cell_from_its_base_run(runs, tmp_path, monkeypatch, capsys):
+    """``run_table.py`` on a table whose FedEM-FT cell trains as its FedEM cell: with the FedEM run finished on
+    this machine, the FedEM-FT cell is read from it (``from_fedem.json``, the direct run's accuracies) instead
+    of being trained a second time; with the base run's checkpoints gone, it trains as its own run."""
+    root, _, direct = runs
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    shutil.rmtree(copy / "results" / "t" / "fedem_ft", ignore_errors=True)  # another test may have read it
+    run_table = load_script("benchmarks/paper/run_table.py")
+    monkeypatch.setattr(run_table, "REPO", copy)  # the paths it prints are relative to the repository
+    monkeypatch.setattr(run_table, "TABLES", copy / "paper")
+    monkeypatch.setattr(run_table, "RESULTS", copy / "results")
+    variant = copy / "results" / "t" / "fedem_ft"
+
+    assert run_table.main(["demo/t", "--no-pages", "--quiet"]) == 0
+    assert not (variant / "results.json").exists()
+    read = json.loads((variant / "from_fedem.json").read_text())
+    np.testing.assert_allclose(read["personalized_history"][-1]["accuracy"], direct["final_per_client"], atol=1e-6)
+
+    shutil.rmtree(variant)
+    shutil.rmtree(copy / "results" / "t" / "fedem" / "checkpoints")
+    assert run_table.main(["demo/t", "--no-pages", "--quiet"]) == 0
+    assert "no checkpoints on this machine" in capsys.readouterr().out
+    trained = json.loads((variant / "results.json").read_text())
+    assert trained["status"] == "finished" and not (variant / "from_fedem.json").exists()
+    np.testing.assert_allclose(trained["final_per_client"], direct["final_per_client"], atol=1e-6)
+
+
+def test_variant_bases_pair_each_table_cell_with_the_first_that_trains_alike(tmp_path):
+    """FedAvg-FT and kNN-Per read FedAvg; a cell with another learning rate, or other seeds, is no variant."""
+    specs = {"fedavg": RunSpec.from_dict(AVG),
+             "fedavg_ft": RunSpec.from_dict({**AVG, "algorithm": "fedavg_ft", "config": {"local_epochs": 1,
+                                                                                          "finetune_epochs": 1}}),
+             "knnper": RunSpec.from_dict({**AVG, "algorithm": "knnper"}),
+             "faster": RunSpec.from_dict({**AVG, "config": {"local_epochs": 1, "lr": 0.1}}),
+             "more_seeds": RunSpec.from_dict({**AVG, "algorithm": "fedavg_ft", "seeds": [0, 1]})}
+    for name, spec in specs.items():
+        (tmp_path / f"{name}.toml").write_text(spec.to_toml())
+    assert _script().variant_bases([tmp_path / f"{name}.toml" for name in specs]) == {
+        "fedavg_ft": "fedavg", "knnper": "fedavg"}
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(_script(), optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 6 and result.failed == 0

@@ -11,7 +11,10 @@ gives the order in which the cells run. Cell ``<cell>`` writes to ``benchmarks/r
 (one ``seed<k>/`` folder per seed when a file lists several) and is resumed from its checkpoints
 when it has some, so the command can be stopped and started again at will; a seed whose finished run is
 already there (the same run file's fingerprint and rounds), or read from another cell's run
-(``benchmarks/evaluate_variant.py``), is left alone, checkpoints or not, unless ``--rerun`` is given. While a run is unfinished
+(``benchmarks/evaluate_variant.py``), is left alone, checkpoints or not, unless ``--rerun`` is given. A cell that
+trains exactly as an earlier cell of its table (FedEM-FT as FedEM: ``evaluate_variant.variant_bases``) is read
+from that cell's finished run of each seed whose final checkpoint is on this machine, an evaluation instead of a
+second training; a seed whose base run is not finished here is trained as its own run. While a run is unfinished
 its latest checkpoint is also kept as one file, ``checkpoint.tar.gz`` in its results folder: committed
 with the results, it lets a fresh clone on another machine resume the run (checkpoint folders are not
 committed). Run files name their data folder as ``data_dir = "${PFLAX_DATASETS}"``; this script sets ``PFLAX_DATASETS`` to
@@ -37,6 +40,7 @@ from pflax.experiment import (PACKED_CHECKPOINT, Diverged, RunError, RunSpec, St
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "benchmarks" / "paper"
 RESULTS = REPO / "benchmarks" / "results"
+EVALUATE_VARIANT = REPO / "benchmarks" / "evaluate_variant.py"
 
 
 def cells(table: Path) -> list[Path]:
@@ -86,6 +90,42 @@ def finished_seeds(spec: RunSpec, out: Path) -> list[int]:
     if len(spec.seeds) == 1:
         return list(spec.seeds) if done(spec.seeds[0], out) else []
     return [s for s in spec.seeds if done(s, out / f"seed{s}")]
+
+
+def _evaluate_variant_module():
+    """``benchmarks/evaluate_variant.py``, loaded once (it is a script, not a package module)."""
+    import importlib.util
+
+    module = sys.modules.get("evaluate_variant")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("evaluate_variant", EVALUATE_VARIANT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[spec.name] = module
+    return module
+
+
+def read_from_base(table: str, base_cell: str, cell: str, seeds: list[int]) -> list[int]:
+    """Read the seeds of a variant cell from its base cell's runs (``evaluate_variant.evaluate_seed``).
+
+    Args:
+      table: ``<paper>/<table>``.
+      base_cell, cell: the base cell and the variant cell.
+      seeds: the variant's seeds still to do.
+
+    Returns:
+      The seeds read; the others (their base run not finished, or its checkpoints elsewhere) are left to train.
+    """
+    variant = _evaluate_variant_module()
+    read = []
+    for seed in seeds:
+        try:
+            variant.evaluate_seed(table, base_cell, cell, seed, paper_dir=TABLES, results_dir=RESULTS)
+            read.append(seed)
+        except variant.BaseRunNotReady as why:
+            print(f"  {cell} (seed {seed}) is not read from {base_cell}: {why}; it trains as its own run",
+                  flush=True)
+    return read
 
 
 def run_fedpick_table(table: Path, args: argparse.Namespace) -> int:
@@ -138,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if table.parent.name == "fedpick":  # FedPick's run files are its cross-domain benchmark's own
         return run_fedpick_table(table, args)
 
+    bases = _evaluate_variant_module().variant_bases(cells(table))
     for run_file in cells(table):
         if args.only and run_file.stem not in args.only:
             continue
@@ -157,11 +198,14 @@ def main(argv: list[str] | None = None) -> int:
         state = (" (finished; --rerun trains it again)" if len(done) == len(wanted)
                  else f" (seeds {', '.join(map(str, done))} finished)" if done else " (resuming)" if resume else "")
         print(f"{run_file.relative_to(REPO)} -> {out.relative_to(REPO)}{state}", flush=True)
+        if run_file.stem in bases and not args.rerun and not resume and len(done) < len(wanted):
+            done += read_from_base(args.table, bases[run_file.stem], run_file.stem,
+                                   [s for s in wanted if s not in done])
         if len(done) == len(wanted):
             continue
         try:
-            run_all(spec, out, seeds=args.seeds, skip_finished=not args.rerun, resume=resume,
-                    progress=not args.quiet, pack=True,
+            run_all(spec, out, seeds=[s for s in wanted if s not in done], skip_finished=not args.rerun,
+                    resume=resume, progress=not args.quiet, pack=True,
                     command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
         except (RunError, Diverged) as err:  # one cell's failure does not stop the table's other cells
             print(f"  {run_file.stem} stopped: {err}", flush=True)
