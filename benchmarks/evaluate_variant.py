@@ -122,7 +122,12 @@ def _relative(path: Path) -> str:
 
 
 class BaseRunNotReady(RuntimeError):
-    """The base run cannot be read for a seed: not finished, or its final checkpoint is not on this machine."""
+    """The base run cannot be read for a seed: not finished (``unfinished``), or finished without its final
+    checkpoint on this machine."""
+
+    def __init__(self, message: str, unfinished: bool = False):
+        super().__init__(message)
+        self.unfinished = unfinished
 
 
 def variant_bases(run_files: list[Path]) -> dict[str, str]:
@@ -193,7 +198,8 @@ def evaluate_seed(table: str, base_cell: str, variant_cell: str, seed: int, *, p
     source = results_dir / name / base_cell / sub
     done = json.loads((source / "results.json").read_text()) if (source / "results.json").exists() else {}
     if done.get("status") != "finished":
-        raise BaseRunNotReady(f"{_relative(source)}: the base run is not finished ({done.get('status', 'no results')})")
+        raise BaseRunNotReady(f"{_relative(source)}: the base run is not finished ({done.get('status', 'no results')})",
+                              unfinished=True)
     if not (source / "checkpoints").is_dir():
         raise BaseRunNotReady(f"{_relative(source)}/checkpoints: no checkpoints on this machine (they are not "
                               "committed; the base run's machine has them)")

@@ -1150,6 +1150,20 @@ FEDEM_CHECK = "table4_fedem_check/fedem__m_3__client_size_{clients}clients"
 FEDEM_CHECK_SECTION = "FedEM: the server's weights"
 FEDEM_CELLS = {20: ("table1_fmnist/fedem__m_3", FMNIST20, T1_20 + "fedem__m_3.toml"),
                100: ("table1_fmnist_100clients/fedem__m_3", FMNIST100, T1_100 + "fedem__m_3.toml")}
+# FedEM-FT read from the 100-client check run, beside the cell's FedEM-FT read from the cell's run.
+FEDEM_FT_CHECK = "table4_fedem_check/fedem_ft__m_3__client_size_100clients/from_fedem__m_3__client_size_100clients.json"
+FEDEM_FT_CELL = "table1_fmnist_100clients/fedem_ft__m_3/from_fedem__m_3.json"
+
+
+def _fedem_ft_check_rows() -> tuple[Row, ...]:
+    """The FedEM diagnosis section's FedEM-FT (M=3) rows, 100 clients: the cell, read from the cell's run, and
+    the same fine-tuning read from the check run."""
+    paper_cell = ("FedPAC", "4", FMNIST100, "FedEM-FT (M=3)", "acc")
+    return (Row("FedEM-FT (M=3), 100 clients, responsibility-mass weights (the cell)", (FEDEM_FT_CELL,), LAST_EVAL,
+                paper_cell, kind="fedavg_eval", run_file=T1_100 + "fedem_ft__m_3.toml"),
+            Row("FedEM-FT (M=3), 100 clients, client-size weights over every client (FedEM's paper and code)",
+                (FEDEM_FT_CHECK,), LAST_EVAL, paper_cell, kind="fedavg_eval",
+                run_file="fedpac/table4_fedem_check/fedem_ft__m_3__client_size_100clients.toml"))
 
 
 def _one_component_clients(run: dict) -> tuple[int, int]:
@@ -1182,7 +1196,14 @@ def _fedem_check_note() -> str:
         text += (f" With {clients} clients the check {_check_reading(theirs, ours, here, 'the server step')} (the "
                  f"cell: {ours:.2f}, {ours - here:+.2f}); in its last round {one} of its {of} clients put at least "
                  f"0.9 of their mixture weight on one component (the cell: {one_cell} of {of_cell}).")
-    return text
+    ft_cell, ft_check = _cell_number(FEDEM_FT_CELL), _cell_number(FEDEM_FT_CHECK)
+    here = paper_numbers()[("FedPAC", "4", FMNIST100, "FedEM-FT (M=3)", "acc")]
+    text += (" The FedEM-FT (M=3) rows score each 100-client run after every client has fine-tuned the mixture "
+             "(`finetune_epochs = 5`); `run_table.py` reads the check's from its run once that has finished. ")
+    if ft_check is None or ft_cell is None:
+        return text + "The check's has not been read yet."
+    return text + (f"The check's {_check_reading(ft_check, ft_cell, here, 'the server step')} (the cell: "
+                   f"{ft_cell:.2f}, {ft_cell - here:+.2f}).")
 
 
 FEDPAC_TABLE4 = Page(
@@ -1234,7 +1255,7 @@ FEDPAC_TABLE4 = Page(
                                    + (" " + _fedem_ft_note(5)).rstrip()),
         Section(FEDEM_CHECK_SECTION, _check_rows(
             "FedEM (M=3)", FEDEM_CELLS, "responsibility-mass weights (the cell)",
-            "client-size weights over every client (FedEM's paper and code)", FEDEM_CHECK),
+            "client-size weights over every client (FedEM's paper and code)", FEDEM_CHECK) + _fedem_ft_check_rows(),
             paper_rounds=200, counted=False, diagnosis=True,
             why_not="a diagnosis of the FedEM cells: the server's weights of the clients' trained components",
             note=_fedem_check_note()),

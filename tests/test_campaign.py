@@ -91,9 +91,9 @@ def test_the_archive_keeps_the_smallest_packs_within_the_limit_and_no_half_writt
 
 
 def test_the_committed_campaign_names_only_work_still_to_do():
-    """Every job of ``campaign_h100.txt`` (``<table> <cell> [--seeds k]``) has a seed without a finished run,
-    so a lent GPU's minutes go to missing results only (a finished seed would be skipped, but its line would
-    misstate what is left)."""
+    """Every cell of every job of ``campaign_h100.txt`` (``<table> <cell>... [--seeds k]``) has a seed without a
+    finished run, so a lent GPU's minutes go to missing results only (a finished seed would be skipped, but its
+    line would misstate what is left)."""
     import tomllib
 
     from pflax.experiment import RunSpec
@@ -102,18 +102,21 @@ def test_the_committed_campaign_names_only_work_still_to_do():
     jobs = _campaign().read_jobs(REPO / "benchmarks" / "paper" / "campaign_h100.txt")
     checked = 0
     for job in jobs:
-        table, cell, *rest = job.words
-        run_file = REPO / "benchmarks" / "paper" / table / f"{cell}.toml"
-        if table.startswith("fedpick/"):  # a FedPick run file names its results folder: <out>/<arm>_seed<k>.json
-            fedpick = tomllib.loads(run_file.read_text())
-            seeds = list(fedpick["seeds"])
-            done = [k for k in seeds if (REPO / fedpick["out"] / f"{fedpick['arm']}_seed{k}.json").exists()]
-        else:
-            run_spec = RunSpec.from_file(run_file)
-            seeds = list(run_spec.seeds)
-            done = run_table.finished_seeds(run_spec, REPO / "benchmarks" / "results" / table.split("/")[-1] / cell)
-        wanted = [int(rest[1])] if rest[:1] == ["--seeds"] else seeds
-        assert set(wanted) - set(done), f"line {job.number}, {' '.join(job.words)}: every seed has finished"
+        table, *rest = job.words
+        cells = rest[:rest.index("--seeds")] if "--seeds" in rest else rest
+        assert cells, f"line {job.number}: no cell"
+        for cell in cells:
+            run_file = REPO / "benchmarks" / "paper" / table / f"{cell}.toml"
+            if table.startswith("fedpick/"):  # a FedPick run file names its results folder: <out>/<arm>_seed<k>.json
+                fedpick = tomllib.loads(run_file.read_text())
+                seeds = list(fedpick["seeds"])
+                done = [k for k in seeds if (REPO / fedpick["out"] / f"{fedpick['arm']}_seed{k}.json").exists()]
+            else:
+                run_spec = RunSpec.from_file(run_file)
+                seeds = list(run_spec.seeds)
+                done = run_table.finished_seeds(run_spec, REPO / "benchmarks" / "results" / table.split("/")[-1] / cell)
+            wanted = [int(rest[rest.index("--seeds") + 1])] if "--seeds" in rest else seeds
+            assert set(wanted) - set(done), f"line {job.number}, {cell}: every seed has finished"
         checked += 1
     # every job line of the file was read and checked, however many are left
     lines = (REPO / "benchmarks" / "paper" / "campaign_h100.txt").read_text().splitlines()

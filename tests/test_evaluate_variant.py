@@ -139,7 +139,8 @@ def test_seeds_outside_the_run_files_are_refused(runs):
 def test_run_table_reads_a_variant_cell_from_its_base_run(runs, tmp_path, monkeypatch, capsys):
     """``run_table.py`` on a table whose FedEM-FT cell trains as its FedEM cell: with the FedEM run finished on
     this machine, the FedEM-FT cell is read from it (``from_fedem.json``, the direct run's accuracies) instead
-    of being trained a second time; with the base run's checkpoints gone, it trains as its own run."""
+    of being trained a second time; while the FedEM run is unfinished it waits; with the finished run's
+    checkpoints gone (finished on another machine), it trains as its own run."""
     root, _, direct = runs
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
@@ -156,6 +157,15 @@ def test_run_table_reads_a_variant_cell_from_its_base_run(runs, tmp_path, monkey
     np.testing.assert_allclose(read["personalized_history"][-1]["accuracy"], direct["final_per_client"], atol=1e-6)
 
     shutil.rmtree(variant)
+    base_results = copy / "results" / "t" / "fedem" / "results.json"
+    finished = base_results.read_text()
+    base_results.write_text(json.dumps({"status": "running (1/2 rounds)"}))
+    capsys.readouterr()
+    assert run_table.main(["demo/t", "fedem_ft", "--no-pages", "--quiet"]) == 0
+    assert "it is read once `run_table.py demo/t fedem` has finished that seed" in capsys.readouterr().out
+    assert not variant.exists()
+
+    base_results.write_text(finished)
     shutil.rmtree(copy / "results" / "t" / "fedem" / "checkpoints")
     assert run_table.main(["demo/t", "--no-pages", "--quiet"]) == 0
     assert "no checkpoints on this machine" in capsys.readouterr().out

@@ -1998,6 +1998,22 @@ def test_the_fedrod_check_is_read_against_the_cells_seed_0(monkeypatch):
     assert gen._fedrod_check_note().endswith("-0.75 from it, so what the personal loss trains is not the gap.")
 
 
+def test_the_fedem_check_note_reads_fedem_ft_from_both_100_client_runs(monkeypatch):
+    """The FedEM diagnosis's FedEM-FT rows: the note waits for the check's evaluation, then reads it beside
+    the cell's FedEM-FT (M=3) and the paper's."""
+    gen = _generator()
+    here = paper_csv()[("FedPAC", "4", "FMNIST/100clients_frac0.3", "FedEM-FT (M=3)", "acc")]
+    numbers = {gen.FEDEM_FT_CELL: here - 0.58}
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: [])
+    monkeypatch.setattr(gen, "_cell_number", numbers.get)
+    assert gen._fedem_check_note().endswith("reads the check's from its run once that has finished. The check's "
+                                            "has not been read yet.")
+    numbers[gen.FEDEM_FT_CHECK] = here - 2.0
+    assert gen._fedem_check_note().endswith(
+        f"The check's ends at {here - 2.0:.2f}, -2.00 from the paper, further from it, so the server step is not "
+        f"the gap (the cell: {here - 0.58:.2f}, -0.58).")
+
+
 def test_the_fedem_check_note_reads_the_check_and_its_mixture_weights(monkeypatch):
     """Table 4's FedEM diagnosis: a column is read only once both of its runs finish; then the check's end beside
     the cell and the paper, and how many of each run's last-round clients put 0.9 of their weight on one component."""
@@ -2010,8 +2026,7 @@ def test_the_fedem_check_note_reads_the_check_and_its_mixture_weights(monkeypatc
             "finished run yet. With 100 clients the check has no finished run yet.") in gen._fedem_check_note()
     runs[gen.FEDEM_CHECK.format(clients=20)] = [{"final_accuracy": {"mean": here + 0.5},
                                                  "last_round": {"pi": [[0.5, 0.3, 0.2], [0.1, 0.9, 0.0]]}}]
-    assert gen._fedem_check_note().endswith(
-        f" With 20 clients the check ends at {here + 0.5:.2f}, +0.50 from the paper, nearer to it and within the "
-        f"tolerance, so the server step accounts for part of the gap (the cell: {here + 2.6:.2f}, +2.60); in its "
-        "last round 1 of its 2 clients put at least 0.9 of their mixture weight on one component (the cell: 2 of "
-        "2). With 100 clients the check has no finished run yet.")
+    assert (f" With 20 clients the check ends at {here + 0.5:.2f}, +0.50 from the paper, nearer to it and within "
+            f"the tolerance, so the server step accounts for part of the gap (the cell: {here + 2.6:.2f}, +2.60); in "
+            "its last round 1 of its 2 clients put at least 0.9 of their mixture weight on one component (the cell: "
+            "2 of 2). With 100 clients the check has no finished run yet. The FedEM-FT") in gen._fedem_check_note()

@@ -152,8 +152,9 @@ def _two_cell_table(tmp_path, monkeypatch, fake_run_all):
     run_table = _run_table()
     table = tmp_path / "paper" / "demo" / "table9_demo"
     table.mkdir(parents=True)
-    for cell in ("first", "second"):
-        (table / f"{cell}.toml").write_text('algorithm = "fedavg"\n')
+    # Two methods: a cell that trained exactly as an earlier one would wait to be read from its run.
+    for cell, algorithm in (("first", "fedavg"), ("second", "fedprox")):
+        (table / f"{cell}.toml").write_text(f'algorithm = "{algorithm}"\n')
     monkeypatch.setattr(run_table, "TABLES", tmp_path / "paper")
     monkeypatch.setattr(run_table, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(run_table, "REPO", tmp_path)

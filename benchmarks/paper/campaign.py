@@ -3,8 +3,10 @@ cores, where one cell leaves most of it idle.
 
     python benchmarks/paper/campaign.py jobs.txt --parallel 12 --deadline 480 --logs /tmp/campaign
 
-``jobs.txt`` holds one job per line, ``<paper>/<table> <cell> [run_table options]``, for instance
-``fedpac/table10_fmnist fedpac --seeds 0``; blank lines and ``#`` comments are skipped. Jobs start in the
+``jobs.txt`` holds one job per line, ``<paper>/<table> <cell>... [run_table options]``, for instance
+``fedpac/table10_fmnist fedpac --seeds 0``; blank lines and ``#`` comments are skipped. A line's cells run one
+after the other in their table's order, so a variant cell (FedEM-FT) on its base cell's line is read from that
+run on the machine that has its checkpoints. Jobs start in the
 file's order, at most ``--parallel`` at a time, each as ``benchmarks/paper/run_table.py <line> --quiet
 --no-pages`` with its output in ``<logs>/<n>_<table>_<cell>.log``. No job starts after ``--deadline`` seconds;
 jobs still running then are stopped (SIGTERM, then SIGKILL after ``--grace`` seconds). On SIGTERM a pflax run

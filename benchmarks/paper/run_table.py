@@ -13,8 +13,9 @@ when it has some, so the command can be stopped and started again at will; a see
 already there (the same run file's fingerprint and rounds), or read from another cell's run
 (``benchmarks/evaluate_variant.py``), is left alone, checkpoints or not, unless ``--rerun`` is given. A cell that
 trains exactly as an earlier cell of its table (FedEM-FT as FedEM: ``evaluate_variant.variant_bases``) is read
-from that cell's finished run of each seed whose final checkpoint is on this machine, an evaluation instead of a
-second training; a seed whose base run is not finished here is trained as its own run. While a run is unfinished
+from that cell's finished run of each seed, an evaluation instead of a second training: a seed waits while its
+base run is unfinished, and trains as its own run only when the base run finished on another machine (its final
+checkpoint, which is not committed, is not here). While a run is unfinished
 its latest checkpoint is also kept as one file, ``checkpoint.tar.gz`` in its results folder: committed
 with the results, it lets a fresh clone on another machine resume the run (checkpoint folders are not
 committed). Run files name their data folder as ``data_dir = "${PFLAX_DATASETS}"``; this script sets ``PFLAX_DATASETS`` to
@@ -105,7 +106,7 @@ def _evaluate_variant_module():
     return module
 
 
-def read_from_base(table: str, base_cell: str, cell: str, seeds: list[int]) -> list[int]:
+def read_from_base(table: str, base_cell: str, cell: str, seeds: list[int]) -> tuple[list[int], list[int]]:
     """Read the seeds of a variant cell from its base cell's runs (``evaluate_variant.evaluate_seed``).
 
     Args:
@@ -114,18 +115,22 @@ def read_from_base(table: str, base_cell: str, cell: str, seeds: list[int]) -> l
       seeds: the variant's seeds still to do.
 
     Returns:
-      The seeds read; the others (their base run not finished, or its checkpoints elsewhere) are left to train.
+      The seeds read, and those that wait for their base run to finish (training them would repeat it). The
+      others, whose base run finished on another machine (its checkpoints are not committed), are left to
+      train as their own runs.
     """
     variant = _evaluate_variant_module()
-    read = []
+    read, waiting = [], []
     for seed in seeds:
         try:
             variant.evaluate_seed(table, base_cell, cell, seed, paper_dir=TABLES, results_dir=RESULTS)
             read.append(seed)
         except variant.BaseRunNotReady as why:
-            print(f"  {cell} (seed {seed}) is not read from {base_cell}: {why}; it trains as its own run",
-                  flush=True)
-    return read
+            (waiting if why.unfinished else []).append(seed)
+            then = (f"it is read once `run_table.py {table} {base_cell}` has finished that seed" if why.unfinished
+                    else "it trains as its own run")
+            print(f"  {cell} (seed {seed}) is not read from {base_cell}: {why}; {then}", flush=True)
+    return read, waiting
 
 
 def run_fedpick_table(table: Path, args: argparse.Namespace) -> int:
@@ -198,13 +203,15 @@ def main(argv: list[str] | None = None) -> int:
         state = (" (finished; --rerun trains it again)" if len(done) == len(wanted)
                  else f" (seeds {', '.join(map(str, done))} finished)" if done else " (resuming)" if resume else "")
         print(f"{run_file.relative_to(REPO)} -> {out.relative_to(REPO)}{state}", flush=True)
+        waiting = []
         if run_file.stem in bases and not args.rerun and not resume and len(done) < len(wanted):
-            done += read_from_base(args.table, bases[run_file.stem], run_file.stem,
-                                   [s for s in wanted if s not in done])
-        if len(done) == len(wanted):
+            read, waiting = read_from_base(args.table, bases[run_file.stem], run_file.stem,
+                                           [s for s in wanted if s not in done])
+            done += read
+        if len(done) + len(waiting) == len(wanted):
             continue
         try:
-            run_all(spec, out, seeds=[s for s in wanted if s not in done], skip_finished=not args.rerun,
+            run_all(spec, out, seeds=[s for s in wanted if s not in done + waiting], skip_finished=not args.rerun,
                     resume=resume, progress=not args.quiet, pack=True,
                     command=f"python benchmarks/paper/run_table.py {args.table} {run_file.stem}")
         except (RunError, Diverged) as err:  # one cell's failure does not stop the table's other cells
