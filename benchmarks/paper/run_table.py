@@ -126,9 +126,11 @@ def read_from_base(table: str, base_cell: str, cell: str, seeds: list[int]) -> t
             variant.evaluate_seed(table, base_cell, cell, seed, paper_dir=TABLES, results_dir=RESULTS)
             read.append(seed)
         except variant.BaseRunNotReady as why:
-            (waiting if why.unfinished else []).append(seed)
-            then = (f"it is read once `run_table.py {table} {base_cell}` has finished that seed" if why.unfinished
-                    else "it trains as its own run")
+            if why.unfinished:
+                waiting.append(seed)
+                then = f"it is read once `run_table.py {table} {base_cell}` has finished that seed"
+            else:
+                then = "it trains as its own run"
             print(f"  {cell} (seed {seed}) is not read from {base_cell}: {why}; {then}", flush=True)
     return read, waiting
 
