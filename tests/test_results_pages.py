@@ -1998,6 +1998,39 @@ def test_the_fedrod_check_is_read_against_the_cells_seed_0(monkeypatch):
     assert gen._fedrod_check_note().endswith("-0.75 from it, so what the personal loss trains is not the gap.")
 
 
+def test_the_hypcluster_note_sets_the_seeds_that_lost_a_cluster_beside_those_that_kept_all(monkeypatch):
+    """Table 4's HypCluster (k=3) note, 20 clients: silent within the tolerance; past it, the seeds whose last
+    round left a hypothesis without clients against those that used all three, and the reading follows which
+    group ends higher."""
+    gen = _generator()
+    here = paper_csv()[("FedPAC", "4", "FMNIST/20clients_frac1.0", "HypCluster (k=3)", "acc")]
+
+    def run(seed, final, hypotheses_used):
+        losses = [[0.0 if h == i % hypotheses_used else 1.0 for h in range(3)] for i in range(5)]
+        history = [{"round": r, "accuracy": [final / 100] * 5} for r in range(100, 201, 10)]
+        return {"seed": seed, "final_accuracy": {"mean": final}, "personalized_history": history,
+                "last_round": {"cluster_losses": losses}}
+
+    runs = {"table1_fmnist/hypcluster__k_3": [run(0, here - 1.0, 2), run(1, here - 1.2, 3)]}
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: runs.get(cell, []))
+    assert gen._hypcluster_t4_note() == ""  # within the tolerance
+    runs["table1_fmnist/hypcluster__k_3"] = [run(0, here - 2.0, 2), run(1, here - 2.5, 3), run(2, here - 2.2, 2)]
+    note = gen._hypcluster_t4_note()
+    assert note.startswith("**HypCluster (k=3)** ends 2.23 points under the paper after the full 200 rounds, the "
+                           "mean of 3 seeds.")
+    assert (f"seed 1 ends at {here - 2.5:.2f} with all 3 hypotheses in use, and seeds 0 and 2 end at "
+            f"{here - 2.0:.2f} and {here - 2.2:.2f} with a lost cluster") in note
+    assert "the seeds with a lost cluster end 0.40 points above those without, so the lost cluster is not the gap" in note
+    assert "Our HypCluster (k=5)" not in note
+    runs["table1_fmnist/hypcluster__k_3"] = [run(0, here - 2.6, 2), run(1, here - 1.6, 3)]
+    runs["table1_fmnist/hypcluster__k_5"] = [run(0, here - 0.2, 5)]
+    note = gen._hypcluster_t4_note()
+    assert "end 1.00 points below those without, so the lost cluster accounts for part of the gap." in note
+    assert note.endswith(f"Our HypCluster (k=5) ends at {here - 0.2:.2f}, -0.20 from the paper's k = 3 and "
+                         f"{here - 0.2 - paper_csv()[('FedPAC', '4', 'FMNIST/20clients_frac1.0', 'HypCluster (k=5)', 'acc')]:+.2f}"
+                         " from its k = 5.")
+
+
 def test_the_fedem_check_note_reads_fedem_ft_from_both_100_client_runs(monkeypatch):
     """The FedEM diagnosis's FedEM-FT rows: the note waits for the check's evaluation, then reads it beside
     the cell's FedEM-FT (M=3) and the paper's."""
