@@ -138,7 +138,9 @@ def variant_bases(run_files: list[Path]) -> dict[str, str]:
       run_files: the table's run files in the order its cells run (a base comes before its variants).
 
     Returns:
-      ``{variant cell: base cell}`` by file stem; a file that does not parse is left out (running it says why).
+      ``{variant cell: base cell}`` by file stem. Left out: a file that does not parse (running it says why),
+      and runs of several federations (``coalitions``, ``members``, ``[structure]``), whose checkpoints this
+      script does not read.
 
     >>> import tempfile
     >>> from pflax.experiment import RunSpec
@@ -154,9 +156,11 @@ def variant_bases(run_files: list[Path]) -> dict[str, str]:
     specs = {}
     for path in run_files:
         try:
-            specs[path.stem] = RunSpec.from_file(path).resolved()
+            spec = RunSpec.from_file(path).resolved()
         except RunError:
             continue
+        if spec.coalitions is None and spec.members is None and spec.structure is None:
+            specs[path.stem] = spec
     bases = {}
     names = list(specs)
     for i, name in enumerate(names):

@@ -175,13 +175,16 @@ def test_run_table_reads_a_variant_cell_from_its_base_run(runs, tmp_path, monkey
 
 
 def test_variant_bases_pair_each_table_cell_with_the_first_that_trains_alike(tmp_path):
-    """FedAvg-FT and kNN-Per read FedAvg; a cell with another learning rate, or other seeds, is no variant."""
+    """FedAvg-FT and kNN-Per read FedAvg; a cell with another learning rate, or other seeds, is no variant, and
+    runs of several federations (FedCollab's coalitions) are left to train."""
     specs = {"fedavg": RunSpec.from_dict(AVG),
              "fedavg_ft": RunSpec.from_dict({**AVG, "algorithm": "fedavg_ft", "config": {"local_epochs": 1,
                                                                                           "finetune_epochs": 1}}),
              "knnper": RunSpec.from_dict({**AVG, "algorithm": "knnper"}),
              "faster": RunSpec.from_dict({**AVG, "config": {"local_epochs": 1, "lr": 0.1}}),
-             "more_seeds": RunSpec.from_dict({**AVG, "algorithm": "fedavg_ft", "seeds": [0, 1]})}
+             "more_seeds": RunSpec.from_dict({**AVG, "algorithm": "fedavg_ft", "seeds": [0, 1]}),
+             "coalitions": RunSpec.from_dict({**AVG, "coalitions": [[0, 1], [2, 3]]}),
+             "coalitions_ft": RunSpec.from_dict({**AVG, "algorithm": "fedavg_ft", "coalitions": [[0, 1], [2, 3]]})}
     for name, spec in specs.items():
         (tmp_path / f"{name}.toml").write_text(spec.to_toml())
     assert _script().variant_bases([tmp_path / f"{name}.toml" for name in specs]) == {
