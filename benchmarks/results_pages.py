@@ -3875,6 +3875,21 @@ def far_cells(rendered: list[RenderedPage]) -> list[list[str]]:
     return rows
 
 
+def diagnosis_rows(rendered: list[RenderedPage]) -> list[list[str]]:
+    """Every row of every diagnosis section (runs in settings other than the paper's, which explain a far
+    cell's gap): its page, section, label, number, gap and rounds, so that what each check found reads in one
+    table."""
+    rows = []
+    for r in rendered:
+        for section, cells in r.sections:
+            if not section.diagnosis:
+                continue
+            for c in cells:
+                rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, c.row.method, fmt_ours(c),
+                             DASH if c.gap is None else f"{c.gap:+.2f}", fmt_rounds(c, section)])
+    return rows
+
+
 def render_readme(rendered: list[RenderedPage]) -> str:
     keys = ["cells", *(f"within {t}" for t in THRESHOLDS), "complete",
             *(f"complete within {t}" for t in THRESHOLDS)]
@@ -3917,6 +3932,14 @@ def render_readme(rendered: list[RenderedPage]) -> str:
             "table (a clustered run's lost clusters, or how its clients split), and the section's note when it "
             "names the method and gives the curve, the rule checked against the spec, or diagnosis runs.", ""]
     out += table_or(["cell", "page", "section", "gap", "rounds", "diagnosed by"], far_cells(rendered), NO_FAR_CELLS)
+    checks = diagnosis_rows(rendered)
+    if checks:
+        out += ["", "## Diagnosis runs", "",
+                "Every row of the pages' diagnosis sections, which run a far cell beside other readings of its "
+                "rule (another reading of the spec, the method's official code, FL-bench's port) with every other "
+                "setting as the cell's. They are not counted: the cells keep their rules, and each section's note "
+                "says what the comparison shows.", ""]
+        out += table(["page", "section", "run", "ours", "gap", "rounds"], checks)
     out += ["", "## Cells not run yet", "",
             "Cells of these pages with no results file yet, and an estimate of their CPU time, all seeds "
             "included. Each page lists them with their run files (`benchmarks/paper/<paper>/<table>/<cell>.toml`; "

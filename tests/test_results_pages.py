@@ -2063,3 +2063,21 @@ def test_the_fedem_check_note_reads_the_check_and_its_mixture_weights(monkeypatc
             f"the tolerance, so the server step accounts for part of the gap (the cell: {here + 2.6:.2f}, +2.60); in "
             "its last round 1 of its 2 clients put at least 0.9 of their mixture weight on one component (the cell: "
             "2 of 2). With 100 clients the check has no finished run yet. The FedEM-FT") in gen._fedem_check_note()
+
+
+def test_the_index_lists_every_diagnosis_row_as_its_page_shows_it():
+    """``docs/results/README.md``'s "Diagnosis runs" table has one row per row of every diagnosis section, in
+    page order, each with the number and gap its page's section table prints, and no row of a counted section."""
+    gen = _generator()
+    rendered = [gen.render_page(page, gen.paper_numbers()) for page in gen.PAGES]
+    rows = gen.diagnosis_rows(rendered)
+    expected = [(r.page.slug, section.title, c.row.method) for r in rendered for section, cells in r.sections
+                if section.diagnosis for c in cells]
+    assert [(row[0].split("]")[0][1:-3], row[1], row[2]) for row in rows] == expected and expected
+    pages = {r.page.slug: r.text for r in rendered}
+    for slug_link, _, method, ours, gap, rounds in rows:
+        slug = slug_link.split("]")[0][1:-3]
+        assert any(line.startswith(f"| {method} | {ours} | ") and f" | {gap} | {rounds} | " in line
+                   for line in pages[slug].splitlines()), (slug, method)
+    index = (REPO / "docs" / "results" / "README.md").read_text()
+    assert "\n".join(gen.table(["page", "section", "run", "ours", "gap", "rounds"], rows)) in index
