@@ -3877,7 +3877,7 @@ def far_cells(rendered: list[RenderedPage]) -> list[list[str]]:
 
 def diagnosis_rows(rendered: list[RenderedPage]) -> list[list[str]]:
     """Every row of every diagnosis section (runs in settings other than the paper's, which explain a far
-    cell's gap): its page, section, label, number, gap and rounds, so that what each check found reads in one
+    cell's gap): its label, page, section, number, gap and rounds, so that what each check found reads in one
     table."""
     rows = []
     for r in rendered:
@@ -3885,7 +3885,7 @@ def diagnosis_rows(rendered: list[RenderedPage]) -> list[list[str]]:
             if not section.diagnosis:
                 continue
             for c in cells:
-                rows.append([f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, c.row.method, fmt_ours(c),
+                rows.append([c.row.method, f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, fmt_ours(c),
                              DASH if c.gap is None else f"{c.gap:+.2f}", fmt_rounds(c, section)])
     return rows
 
@@ -3939,7 +3939,7 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                 "rule (another reading of the spec, the method's official code, FL-bench's port) with every other "
                 "setting as the cell's. They are not counted: the cells keep their rules, and each section's note "
                 "says what the comparison shows.", ""]
-        out += table(["page", "section", "run", "ours", "gap", "rounds"], checks)
+        out += table(["run", "page", "section", "ours", "gap", "rounds"], checks)
     out += ["", "## Cells not run yet", "",
             "Cells of these pages with no results file yet, and an estimate of their CPU time, all seeds "
             "included. Each page lists them with their run files (`benchmarks/paper/<paper>/<table>/<cell>.toml`; "

@@ -2073,11 +2073,11 @@ def test_the_index_lists_every_diagnosis_row_as_its_page_shows_it():
     rows = gen.diagnosis_rows(rendered)
     expected = [(r.page.slug, section.title, c.row.method) for r in rendered for section, cells in r.sections
                 if section.diagnosis for c in cells]
-    assert [(row[0].split("]")[0][1:-3], row[1], row[2]) for row in rows] == expected and expected
+    assert [(row[1].split("]")[0][1:-3], row[2], row[0]) for row in rows] == expected and expected
     pages = {r.page.slug: r.text for r in rendered}
-    for slug_link, _, method, ours, gap, rounds in rows:
+    for method, slug_link, _, ours, gap, rounds in rows:
         slug = slug_link.split("]")[0][1:-3]
         assert any(line.startswith(f"| {method} | {ours} | ") and f" | {gap} | {rounds} | " in line
                    for line in pages[slug].splitlines()), (slug, method)
     index = (REPO / "docs" / "results" / "README.md").read_text()
-    assert "\n".join(gen.table(["page", "section", "run", "ours", "gap", "rounds"], rows)) in index
+    assert "\n".join(gen.table(["run", "page", "section", "ours", "gap", "rounds"], rows)) in index
