@@ -171,6 +171,35 @@ def variant_bases(run_files: list[Path]) -> dict[str, str]:
     return bases
 
 
+def load_pair(folder: Path, base_cell: str, variant_cell: str):
+    """The two run files of a base cell and its variant, resolved, once they are shown to train alike.
+
+    Args:
+      folder: the table's folder of run files.
+      base_cell, variant_cell: the two cells' names (their run files' stems).
+
+    Returns:
+      ``(base, variant)``, resolved :class:`pflax.experiment.RunSpec`.
+
+    Raises:
+      SystemExit: they do not train alike (:func:`training_identical`), or list other seeds.
+    """
+    from pflax.experiment import RunSpec
+
+    base, variant = (RunSpec.from_file(folder / f"{cell}.toml").resolved() for cell in (base_cell, variant_cell))
+    diffs = training_identical(base, variant)
+    if diffs:
+        sys.exit(f"{variant_cell} does not train as {base_cell}: " + "; ".join(diffs))
+    if base.seeds != variant.seeds:
+        sys.exit(f"{variant_cell} lists seeds {list(variant.seeds)}, {base_cell} {list(base.seeds)}")
+    return base, variant
+
+
+def _seed_folder(results_dir: Path, table: str, cell: str, seed: int, seeds: tuple) -> Path:
+    """A cell's results folder for ``seed``: ``seed<k>/`` inside it when its run file lists several seeds."""
+    return results_dir / table.split("/")[-1] / cell / (f"seed{seed}" if len(seeds) > 1 else "")
+
+
 def evaluate_seed(table: str, base_cell: str, variant_cell: str, seed: int, *, paper_dir: Path = PAPER,
                   results_dir: Path = RESULTS) -> Path:
     """Read one seed of a variant cell from its base cell's finished run and write its ``from_<base>.json``.
@@ -188,18 +217,9 @@ def evaluate_seed(table: str, base_cell: str, variant_cell: str, seed: int, *, p
       SystemExit: the two run files do not train alike, or list other seeds.
       BaseRunNotReady: the base run of ``seed`` has not finished, or its final checkpoint is not here.
     """
-    from pflax.experiment import RunSpec
-
     folder = paper_dir / table
-    base, variant = (RunSpec.from_file(folder / f"{cell}.toml").resolved() for cell in (base_cell, variant_cell))
-    diffs = training_identical(base, variant)
-    if diffs:
-        sys.exit(f"{variant_cell} does not train as {base_cell}: " + "; ".join(diffs))
-    if base.seeds != variant.seeds:
-        sys.exit(f"{variant_cell} lists seeds {list(variant.seeds)}, {base_cell} {list(base.seeds)}")
-    sub = f"seed{seed}" if len(base.seeds) > 1 else ""
-    name = table.split("/")[-1]
-    source = results_dir / name / base_cell / sub
+    base, variant = load_pair(folder, base_cell, variant_cell)
+    source = _seed_folder(results_dir, table, base_cell, seed, base.seeds)
     done = json.loads((source / "results.json").read_text()) if (source / "results.json").exists() else {}
     if done.get("status") != "finished":
         raise BaseRunNotReady(f"{_relative(source)}: the base run is not finished ({done.get('status', 'no results')})",
@@ -211,7 +231,7 @@ def evaluate_seed(table: str, base_cell: str, variant_cell: str, seed: int, *, p
     if measured["round"] != base.rounds:
         raise BaseRunNotReady(f"{_relative(source)}/checkpoints: latest round {measured['round']}, not the run's "
                               f"last ({base.rounds})")
-    path = results_dir / name / variant_cell / sub / f"from_{base_cell}.json"
+    path = _seed_folder(results_dir, table, variant_cell, seed, base.seeds) / f"from_{base_cell}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "method": variant_cell,
@@ -232,8 +252,6 @@ def evaluate_seed(table: str, base_cell: str, variant_cell: str, seed: int, *, p
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pflax.experiment import RunSpec
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("table", help="<paper>/<table>, a folder under benchmarks/paper/")
     parser.add_argument("base", help="the cell whose finished run is evaluated")
@@ -248,21 +266,14 @@ def main(argv: list[str] | None = None) -> int:
                              "left as they are)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PFLAX_DATASETS", str(REPO.parent / "shared" / "datasets"))
-    folder = args.paper_dir / args.table
-    base, variant = (RunSpec.from_file(folder / f"{cell}.toml").resolved() for cell in (args.base, args.variant))
-    diffs = training_identical(base, variant)
-    if diffs:
-        sys.exit(f"{args.variant} does not train as {args.base}: " + "; ".join(diffs))
-    if base.seeds != variant.seeds:
-        sys.exit(f"{args.variant} lists seeds {list(variant.seeds)}, {args.base} {list(base.seeds)}")
+    base, _ = load_pair(args.paper_dir / args.table, args.base, args.variant)
     unknown = sorted(set(args.seeds or ()) - set(base.seeds))
     if unknown:
         sys.exit(f"--seeds {unknown}: {args.base} lists seeds {list(base.seeds)}")
     for seed in base.seeds:
         if args.seeds and seed not in args.seeds:
             continue
-        sub = f"seed{seed}" if len(base.seeds) > 1 else ""
-        path = args.results_dir / args.table.split("/")[-1] / args.variant / sub / f"from_{args.base}.json"
+        path = _seed_folder(args.results_dir, args.table, args.variant, seed, base.seeds) / f"from_{args.base}.json"
         if path.exists() and not args.rerun:  # its base run's checkpoints may be gone by now
             print(f"{args.variant} (seed {seed}): {_relative(path)} is there already (--rerun evaluates it again)")
             continue

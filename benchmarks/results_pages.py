@@ -995,11 +995,21 @@ def _scaffold_check_note() -> str:
     return text
 
 
+def _hypothesis_choice(last: dict) -> tuple[list[int], int]:
+    """Each last-round client's hypothesis and the number of hypotheses of a clustered run's ``last_round``:
+    the hypothesis of lowest loss (``cluster_losses``), as the method picks it, or for FedEM the component of
+    largest mixture weight (``pi``)."""
+    if last.get("cluster_losses"):
+        return [min(range(len(row)), key=row.__getitem__) for row in last["cluster_losses"]], \
+            len(last["cluster_losses"][0])
+    return [max(range(len(row)), key=row.__getitem__) for row in last["pi"]], len(last["pi"][0])
+
+
 def _hypotheses_in_use(run: dict) -> tuple[int, int]:
-    """How many of a clustered run's hypotheses serve a client in its last round (each client's hypothesis of
-    lowest loss, ``last_round.cluster_losses``, as the method picks it), and how many it has."""
-    losses = run["last_round"]["cluster_losses"]
-    return len({min(range(len(row)), key=row.__getitem__) for row in losses}), len(losses[0])
+    """How many of a clustered run's hypotheses serve a client in its last round (:func:`_hypothesis_choice`),
+    and how many it has."""
+    choice, k = _hypothesis_choice(run["last_round"])
+    return len(set(choice)), k
 
 
 def _hypcluster_t4_note(clusters: int = 3) -> str:
@@ -1013,8 +1023,9 @@ def _hypcluster_t4_note(clusters: int = 3) -> str:
     ours = _mean_of_finals(runs)
     if ours is None or abs(round(ours - here, 2)) <= FAR:
         return ""
-    kept = [r for r in runs if _hypotheses_in_use(r)[0] == clusters]
-    lost = [r for r in runs if _hypotheses_in_use(r)[0] < clusters]
+    in_use = [_hypotheses_in_use(r)[0] for r in runs]
+    kept = [r for r, used in zip(runs, in_use) if used == clusters]
+    lost = [r for r, used in zip(runs, in_use) if used < clusters]
 
     def seeds(group: list[dict]) -> str:
         return (f"seed{'s' if len(group) > 1 else ''} "
@@ -1243,13 +1254,13 @@ def _fedem_check_note() -> str:
                  f"cell: {ours:.2f}, {ours - here:+.2f}); in its last round {one} of its {of} clients put at least "
                  f"0.9 of their mixture weight on one component (the cell: {one_cell} of {of_cell}).")
     ft_cell, ft_check = _cell_number(FEDEM_FT_CELL), _cell_number(FEDEM_FT_CHECK)
-    here = paper_numbers()[("FedPAC", "4", FMNIST100, "FedEM-FT (M=3)", "acc")]
+    paper_ft = paper_numbers()[("FedPAC", "4", FMNIST100, "FedEM-FT (M=3)", "acc")]
     text += (" The FedEM-FT (M=3) rows score each 100-client run after every client has fine-tuned the mixture "
              "(`finetune_epochs = 5`); `run_table.py` reads the check's from its run once that has finished. ")
     if ft_check is None or ft_cell is None:
         return text + "The check's has not been read yet."
-    return text + (f"The check's {_check_reading(ft_check, ft_cell, here, 'the server step')} (the cell: "
-                   f"{ft_cell:.2f}, {ft_cell - here:+.2f}).")
+    return text + (f"The check's {_check_reading(ft_check, ft_cell, paper_ft, 'the server step')} (the cell: "
+                   f"{ft_cell:.2f}, {ft_cell - paper_ft:+.2f}).")
 
 
 FEDPAC_TABLE4 = Page(
@@ -3447,14 +3458,9 @@ def _cluster_use_row(c: Cell, path: Path, several: bool) -> list[str] | None:
     """One results file's row of the hypotheses-in-use table, or None for a run without per-hypothesis data."""
     data = json.loads(path.read_text())
     last = data.get("last_round") or {}
-    if last.get("cluster_losses"):  # the hypothesis of lowest loss, as the method picks it
-        choice = [min(range(len(row)), key=row.__getitem__) for row in last["cluster_losses"]]
-        k = len(last["cluster_losses"][0])
-    elif last.get("pi"):  # FedEM: the component of largest mixture weight
-        choice = [max(range(len(row)), key=row.__getitem__) for row in last["pi"]]
-        k = len(last["pi"][0])
-    else:
+    if not (last.get("cluster_losses") or last.get("pi")):
         return None
+    choice, k = _hypothesis_choice(last)
     ids = last["client_ids"]
     accuracy = data["final_per_client"]  # in client-id order
     served = [[i for i, h in zip(ids, choice) if h == j] for j in range(k)]
@@ -3479,6 +3485,10 @@ def _label_groups(data: dict, served: list[list[int]]) -> str:
         return DASH
     return ", ".join("{" + ", ".join(map(str, sorted({i % FEDPAC_TEN_CLASS_GROUPS for i in m}))) + "}"
                      for m in served)
+
+
+def fmt_gap(cell: Cell) -> str:
+    return DASH if cell.gap is None else f"{cell.gap:+.2f}"
 
 
 def fmt_ours(cell: Cell) -> str:
@@ -3718,8 +3728,7 @@ def render_page(page: Page, paper: dict) -> RenderedPage:
             out += [f"Not counted in the scoreboard: {section.why_not}.", ""]
         rows = []
         for c in cells:
-            gap = DASH if c.gap is None else f"{c.gap:+.2f}"
-            rows.append([c.row.method, fmt_ours(c), fmt(c.paper), gap, fmt_rounds(c, section),
+            rows.append([c.row.method, fmt_ours(c), fmt(c.paper), fmt_gap(c), fmt_rounds(c, section),
                          str(len(c.files)), c.status, "yes" if counted(c, section) else "no", c.ref])
         out += table(["method", "ours", "paper", "gap", "rounds", "seeds", "status", "counted", "src"], rows)
         out += ["", ordering_text(cells, section)]
@@ -3886,7 +3895,7 @@ def diagnosis_rows(rendered: list[RenderedPage]) -> list[list[str]]:
                 continue
             for c in cells:
                 rows.append([c.row.method, f"[{r.page.slug}.md]({r.page.slug}.md)", section.title, fmt_ours(c),
-                             DASH if c.gap is None else f"{c.gap:+.2f}", fmt_rounds(c, section)])
+                             fmt_gap(c), fmt_rounds(c, section)])
     return rows
 
 

@@ -41,7 +41,7 @@ from pflax.experiment import (PACKED_CHECKPOINT, Diverged, RunError, RunSpec, St
 REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "benchmarks" / "paper"
 RESULTS = REPO / "benchmarks" / "results"
-EVALUATE_VARIANT = REPO / "benchmarks" / "evaluate_variant.py"
+SCRIPTS = REPO / "benchmarks"  # fixed at import: tests point REPO elsewhere
 
 
 def cells(table: Path) -> list[Path]:
@@ -93,16 +93,22 @@ def finished_seeds(spec: RunSpec, out: Path) -> list[int]:
     return [s for s in spec.seeds if done(s, out / f"seed{s}")]
 
 
-def _evaluate_variant_module():
-    """``benchmarks/evaluate_variant.py``, loaded once (it is a script, not a package module)."""
+def _script(name: str):
+    """The script ``benchmarks/<name>.py`` as a module, loaded once (scripts are not package modules). It is
+    registered in ``sys.modules`` before it runs, as the dataclasses a script defines look their module up
+    there, and taken out again if it fails to load."""
     import importlib.util
 
-    module = sys.modules.get("evaluate_variant")
+    module = sys.modules.get(name)
     if module is None:
-        spec = importlib.util.spec_from_file_location("evaluate_variant", EVALUATE_VARIANT)
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[spec.name] = module
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
     return module
 
 
@@ -119,7 +125,7 @@ def read_from_base(table: str, base_cell: str, cell: str, seeds: list[int]) -> t
       others, whose base run finished on another machine (its checkpoints are not committed), are left to
       train as their own runs.
     """
-    variant = _evaluate_variant_module()
+    variant = _script("evaluate_variant")
     read, waiting = [], []
     for seed in seeds:
         try:
@@ -138,17 +144,10 @@ def read_from_base(table: str, base_cell: str, cell: str, seeds: list[int]) -> t
 def run_fedpick_table(table: Path, args: argparse.Namespace) -> int:
     """A FedPick table: its run files go to ``benchmarks/fedpick_domains.py``, which runs the unfinished
     (arm, seed) pairs, resumes checkpointed ones and summarises each results folder."""
-    import importlib.util
-
     if args.rerun or args.pack or args.seeds:
         raise SystemExit("--rerun, --pack and --seeds apply to pflax run files; FedPick's runs are redone by "
                          "removing their <arm>_seed<k>.json")
-    module = sys.modules.get("fedpick_domains")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("fedpick_domains", REPO / "benchmarks" / "fedpick_domains.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
+    module = _script("fedpick_domains")
     run_files = [str(p) for p in cells(table) if not args.only or p.stem in args.only]
     module.main(run_files)
     if not args.no_pages:
@@ -185,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if table.parent.name == "fedpick":  # FedPick's run files are its cross-domain benchmark's own
         return run_fedpick_table(table, args)
 
-    bases = _evaluate_variant_module().variant_bases(cells(table))
+    bases = _script("evaluate_variant").variant_bases(cells(table))
     for run_file in cells(table):
         if args.only and run_file.stem not in args.only:
             continue
