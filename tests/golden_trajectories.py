@@ -15,6 +15,16 @@ Record again (only for a deliberate, documented change, which replaces every rec
 ``python tests/golden_trajectories.py --record``. Add this machine's recording under this process's
 ``XLA_FLAGS`` (only when the code is unchanged since a recording that replayed bit for bit, and the replay
 differs only because the CPU or the flags differ): ``python tests/golden_trajectories.py --add-machine``.
+On a CPU with no recording, make its recordings from the code of a commit whose replay matched the
+recordings it had (the commit that last changed them, say), not from today's code, whose bits are what the
+new recordings must check; then replay today's code against them::
+
+    git worktree add /tmp/golden-code "$(git log -1 --format=%H -- tests/golden/trajectories.json)"
+    cd /tmp/golden-code
+    PYTHONPATH=. python tests/golden_trajectories.py --add-machine
+    XLA_FLAGS="--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false" \
+        PYTHONPATH=. python tests/golden_trajectories.py --add-machine
+    cp tests/golden/trajectories.json "$OLDPWD/tests/golden/" && cd - && python -m pytest tests/test_contract.py
 """
 from __future__ import annotations
 

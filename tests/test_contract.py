@@ -144,7 +144,10 @@ def test_trajectory_is_bit_identical(name, runs):
     where = ("this machine's recording" if this else
              f"the last recording with XLA_FLAGS {runs['xla_flags']} (none is of this CPU: {golden.machine()})")
     problems = _differences(actual, (this or same_flags)[-1]["algorithms"][name])
-    assert not problems, f"against {where}: " + problems[0]
+    hint = "" if this else (
+        ". This CPU has no recording; where other CPUs replay this code bit for bit, record this one from the "
+        "code of an earlier commit (how: tests/golden_trajectories.py's docstring)")
+    assert not problems, f"against {where}: " + problems[0] + hint
 
 
 @pytest.mark.parametrize("argv", [[], ["--help"], ["--add-machine", "--record"], ["--recrod"]])
