@@ -3046,6 +3046,7 @@ class Cell:
     superseded: bool = False  # a later run of the same paper cell has results (Row.superseded_by)
     missing_seeds: list[int] = field(default_factory=list)  # seeds its run file lists with no results yet
     pending: list[tuple] = field(default_factory=list)  # (seed, round) of seeds running beside finished ones
+    pending_s: float | None = None  # CPU seconds those seeds need to finish, when known
     seeds: list = field(default_factory=list)  # the seed of each of ``files`` (None where none says)
     diverged: list = field(default_factory=list)  # per file, the round that produced NaN/Inf, or None
 
@@ -3115,6 +3116,11 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
         if finished and len(finished) < len(files) and not section.same_round:
             # Seeds still running next to finished ones: the mean waits for them (it would mix lengths).
             cell.pending = [(known[i], cell.rounds[i]) for i in range(len(files)) if i not in finished]
+            running = [i for i in range(len(files)) if i not in finished]
+            to_finish = _to_go([files[i] for i in running], [cell.planned[i] for i in running], row.run_file,
+                               section.paper_rounds)
+            cell.pending_s = None if to_finish is None else sum(to_finish.values())
+            starts = sorted({resumes_from(files[i]) for i in running})
             for name in ("files", "values", "rounds", "planned", "commands", "diverged"):
                 setattr(cell, name, [getattr(cell, name)[i] for i in finished])
             files, known = cell.files, [known[i] for i in finished]
@@ -3130,6 +3136,8 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
         if cell.pending:
             cell.status += "; " + ", ".join(f"seed {k} in progress (round {r})" for k, r in cell.pending) + \
                 ", not in the mean yet"
+            if cell.pending_s is not None:
+                cell.status += f", about {fmt_duration(cell.pending_s)} of CPU to finish" + _resuming(starts)
         if files and row.run_file is not None and row.run_file.endswith(".toml") and None not in known:
             cell.missing_seeds = missing_seeds(row.run_file, known + [k for k, _ in cell.pending])
             if cell.missing_seeds:
@@ -3153,14 +3161,12 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                 cell.status += (f"; its run at the paper's length (`benchmarks/results/{row.superseded_by}`) "
                                 "is not run yet")
         elif files and not cell.complete and not section.same_round and not any(cell.diverged):
-            cell.to_go = _to_go(files, cell, section)
+            cell.to_go = _to_go(files, cell.planned, row.run_file, section.paper_rounds)
             if cell.to_go is not None:
                 target = max(section.paper_rounds, *cell.planned)
                 cell.status += f"; about {fmt_duration(cell.to_go_s)} of CPU to reach {target} rounds"
-                starts = sorted({resumes_from(path) for path in files})
                 if any(r < p for r, p in zip(cell.rounds, cell.planned)):  # in progress: say where it goes on from
-                    cell.status += (" from the packed checkpoint of round " + ", ".join(map(str, starts))
-                                    if starts != [0] else " (no packed checkpoint committed: it starts again)")
+                    cell.status += _resuming(sorted({resumes_from(path) for path in files}))
         cells.append(cell)
     return cells, at
 
@@ -3241,23 +3247,43 @@ def resumes_from(path: Path) -> int:
     return packed_step(packed) if packed.exists() else 0
 
 
-def _to_go(files: list[Path], cell: Cell, section: Section) -> dict[Path, float] | None:
-    """CPU seconds for each file of an unfinished cell to reach its planned length (a run in progress) or
-    the paper's (a shorter run), at the file's own seconds per round when a CPU trained it (else at the
-    cell's estimate, :func:`cpu_estimate`), from the round it resumes from (:func:`resumes_from`). None when
-    neither is known."""
+def _to_go(files: list[Path], planned: list[int], run_file: str | None,
+           paper_rounds: int) -> dict[Path, float] | None:
+    """CPU seconds for each unfinished run to reach its planned length (a run in progress) or the paper's
+    (a shorter run).
+
+    Args:
+      files: the runs' results files.
+      planned: each run's planned number of rounds.
+      run_file: the cell's run file, whose estimate (:func:`cpu_estimate`) times a run no CPU trained.
+      paper_rounds: the paper's number of rounds.
+
+    Returns:
+      Each file's seconds, at its own seconds per round when a CPU trained it (else at the run file's
+      estimate), from the round it resumes from (:func:`resumes_from`); None when neither is known.
+    """
     out = {}
-    for path, planned in zip(files, cell.planned):
+    for path, length in zip(files, planned):
         data = json.loads(path.read_text())
         per_round = measured_seconds_per_round(data) if trained_on_cpu(data) else None
-        if per_round is None and cell.row.run_file is not None and cell.row.run_file.endswith(".toml"):
-            est = cpu_estimate(cell.row.run_file)
+        if per_round is None and run_file is not None and run_file.endswith(".toml"):
+            est = cpu_estimate(run_file)
             per_round = est["seconds"] / (est["seeds"] * est["rounds"])
         if per_round is None:
             return None
-        target = max(planned, section.paper_rounds)
-        out[path] = per_round * (target - resumes_from(path))
+        out[path] = per_round * (max(length, paper_rounds) - resumes_from(path))
     return out
+
+
+def _seeds_to_go_s(cell: Cell) -> float:
+    """CPU seconds a cell's unfinished seeds need: those in progress to finish, and those not run yet."""
+    return (cell.pending_s or 0.0) + cell.missing_seeds_s
+
+
+def _resuming(starts: list[int]) -> str:
+    """Where runs in progress go on from on a fresh clone, given the rounds they resume from."""
+    return (" from the packed checkpoint of round " + ", ".join(map(str, starts)) if starts != [0]
+            else " (no packed checkpoint committed: it starts again)")
 
 
 def _status(cell: Cell, section: Section) -> tuple[str, bool]:
@@ -4022,21 +4048,22 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                   f"{c.finished()} of {c.finished() + len(c.running()) + len(c.missing_seeds)}",
                   ", ".join(f"{k} (round {n})" for k, n in c.running()) or DASH,
                   ", ".join(map(str, c.missing_seeds)) or DASH,
-                  (fmt_duration(c.missing_seeds_s) if c.missing_seeds_s else
+                  (fmt_duration(_seeds_to_go_s(c)) if _seeds_to_go_s(c) else
                    "read from another cell's run" if c.missing_seeds else DASH)]
                  for r, section, c in seed_cells]
     if seed_rows:
         out += ["", "## Seeds not run yet", "",
                 "Cells that have finished runs for some of the seeds their run file lists (FedPAC and each table's "
-                "best baseline have three), the seeds in progress, and the CPU time of those not run yet (the median "
-                "of the cell's finished seeds as their results files time them where a CPU trained them, else estimated "
-                "as above; a cell "
+                "best baseline have three), the seeds in progress, and the CPU time to go: the seeds in progress "
+                "from the packed checkpoint committed beside their results, at their own seconds per round, and "
+                "those not run yet at the median of the cell's finished seeds (both as their results files time them "
+                "where a CPU trained them, else estimated as above; a cell "
                 "read from another cell's run costs only an evaluation once that run has the seed). The cell's number is the mean over its finished seeds: a seed in progress joins it when "
                 "it finishes. `run_table.py` runs only the missing seeds.", ""]
         seed_rows.append(["**all pages**", "", "", "", "", "",
-                          fmt_duration(sum(c.missing_seeds_s for _, _, c in seed_cells))])
+                          fmt_duration(sum(_seeds_to_go_s(c) for _, _, c in seed_cells))])
         out += table(["results page", "section", "cell", "seeds finished", "seeds in progress", "seeds not run yet",
-                      "CPU time of those not run (estimate)"], seed_rows)
+                      "CPU time to go (estimate)"], seed_rows)
     out += ["", "## Pages", ""]
     for r in rendered:
         out.append(f"- [{r.page.title}]({r.page.slug}.md)")

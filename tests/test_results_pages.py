@@ -635,12 +635,12 @@ def test_time_to_the_paper_length_resumes_from_a_packed_checkpoint(tmp_path):
         path.write_text(json.dumps({"rounds_completed": 55, "history": history,
                                     "run": {"rounds": planned, "checkpoint_every": 10}}))
         cell = gen.Cell(None, "s1", [path], "", "", rounds=[55], planned=[planned])
-        assert gen._to_go(cell.files, cell, section) == {path: pytest.approx(seconds)}, name
+        assert gen._to_go(cell.files, cell.planned, None, section.paper_rounds) == {path: pytest.approx(seconds)}, name
         assert gen.resumes_from(path) == (50 if name == "packed" else 0)
     fedpick = tmp_path / "fedpick_seed0.json"
     fedpick.write_text(json.dumps({"rounds": 30, "seconds": 300.0}))
     cell = gen.Cell(None, "s1", [fedpick], "", "", rounds=[30], planned=[30])
-    assert gen._to_go([fedpick], cell, gen.Section("demo", (), paper_rounds=300)) == {fedpick: pytest.approx(3000.0)}
+    assert gen._to_go([fedpick], cell.planned, None, 300) == {fedpick: pytest.approx(3000.0)}
 
 
 def test_a_gpu_trained_run_is_timed_by_the_cpu_estimate_not_its_own_rounds(tmp_path, monkeypatch):
@@ -1619,6 +1619,46 @@ def test_a_seed_in_progress_waits_outside_the_mean(tmp_path, monkeypatch):
     assert cell.pending == [(1, 30)] and cell.missing_seeds == [2]
     assert "seed 1 in progress (round 30), not in the mean yet" in cell.status
     assert "seed 2 of the run file's 3 not run yet" in cell.status
+
+
+def test_a_seed_in_progress_is_timed_from_its_packed_checkpoint(tmp_path, monkeypatch):
+    """A seed running beside a finished one gets the CPU time to finish from the round its committed packed
+    checkpoint holds, at its own seconds per round, and the scoreboard's seeds table adds that time to the
+    time of the seeds not run yet."""
+    from pflax import checkpoint
+    from pflax.core.federated import State
+
+    import jax
+
+    gen = _generator()
+    real = gen.expand
+    monkeypatch.setattr(gen, "expand", lambda pattern: sorted(tmp_path.glob(f"{pattern}/seed*/results.json"))
+                        if pattern.startswith("cell") else real(pattern))
+    for folder, packed_round in (("cell_packed", 60), ("cell_unpacked", None)):
+        for seed, rounds, per_round in ((0, 200, 4.0), (1, 60, 5.0)):
+            path = tmp_path / folder / f"seed{seed}" / "results.json"
+            path.parent.mkdir(parents=True)
+            history = [{"round": r, "seconds": per_round} for r in range(1, rounds + 1)]
+            path.write_text(json.dumps({
+                "seed": seed, "rounds_completed": rounds, "run": {"rounds": 200}, "command": "demo",
+                "final_accuracy": {"mean": 90.0}, "history": history, "sessions": [{"device_kind": "cpu"}],
+                "personalized_history": [{"round": rounds, "accuracy": [0.9]}]}))
+        if packed_round is not None:
+            state = State.create(jax.random.PRNGKey(0), {}, {}, 2, None, None).replace(round=packed_round)
+            run = tmp_path / folder / "seed1"
+            checkpoint.save(run / "checkpoints", state)
+            checkpoint.pack(run / "checkpoints", run / "checkpoint.tar.gz")
+    rows = [gen.Row("FedAvg", (folder,), gen.FINAL, None, run_file="fedpac/table1_fmnist/fedavg.toml")
+            for folder in ("cell_packed", "cell_unpacked")]
+    packed, unpacked = gen.read_section(gen.Section("demo", tuple(rows), paper_rounds=200), {}, [])[0]
+    assert packed.pending == [(1, 60)] and packed.pending_s == pytest.approx(140 * 5.0)
+    assert "seed 1 in progress (round 60), not in the mean yet, about 12 min of CPU to finish from the packed " \
+           "checkpoint of round 60" in packed.status
+    assert unpacked.pending_s == pytest.approx(200 * 5.0)
+    assert "about 17 min of CPU to finish (no packed checkpoint committed: it starts again)" in unpacked.status
+    # The run file lists seeds 0, 1, 2: seed 2 is timed at the finished seed's 200 x 4 s.
+    assert packed.missing_seeds == [2] and packed.missing_seeds_s == pytest.approx(800.0)
+    assert gen._seeds_to_go_s(packed) == pytest.approx(700.0 + 800.0)
 
 
 def test_a_seed_that_diverged_has_ended_and_is_given_no_time_to_go(tmp_path, monkeypatch):
