@@ -3061,6 +3061,11 @@ class Cell:
     missing_seeds_s: float = 0.0  # their CPU time (estimate)
 
     @property
+    def seeds_to_go_s(self) -> float:
+        """CPU seconds its unfinished seeds need: those in progress to finish, and those not run yet."""
+        return (self.pending_s or 0.0) + self.missing_seeds_s
+
+    @property
     def mean(self) -> float | None:
         return sum(self.values) / len(self.values) if self.values else None
 
@@ -3115,8 +3120,8 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
                     if r >= p or d is not None]  # a run that diverged has ended too
         if finished and len(finished) < len(files) and not section.same_round:
             # Seeds still running next to finished ones: the mean waits for them (it would mix lengths).
-            cell.pending = [(known[i], cell.rounds[i]) for i in range(len(files)) if i not in finished]
             running = [i for i in range(len(files)) if i not in finished]
+            cell.pending = [(known[i], cell.rounds[i]) for i in running]
             to_finish = _to_go([files[i] for i in running], [cell.planned[i] for i in running], row.run_file,
                                section.paper_rounds)
             cell.pending_s = None if to_finish is None else sum(to_finish.values())
@@ -3273,11 +3278,6 @@ def _to_go(files: list[Path], planned: list[int], run_file: str | None,
             return None
         out[path] = per_round * (max(length, paper_rounds) - resumes_from(path))
     return out
-
-
-def _seeds_to_go_s(cell: Cell) -> float:
-    """CPU seconds a cell's unfinished seeds need: those in progress to finish, and those not run yet."""
-    return (cell.pending_s or 0.0) + cell.missing_seeds_s
 
 
 def _resuming(starts: list[int]) -> str:
@@ -4048,7 +4048,7 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                   f"{c.finished()} of {c.finished() + len(c.running()) + len(c.missing_seeds)}",
                   ", ".join(f"{k} (round {n})" for k, n in c.running()) or DASH,
                   ", ".join(map(str, c.missing_seeds)) or DASH,
-                  (fmt_duration(_seeds_to_go_s(c)) if _seeds_to_go_s(c) else
+                  (fmt_duration(c.seeds_to_go_s) if c.seeds_to_go_s else
                    "read from another cell's run" if c.missing_seeds else DASH)]
                  for r, section, c in seed_cells]
     if seed_rows:
@@ -4061,7 +4061,7 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                 "read from another cell's run costs only an evaluation once that run has the seed). The cell's number is the mean over its finished seeds: a seed in progress joins it when "
                 "it finishes. `run_table.py` runs only the missing seeds.", ""]
         seed_rows.append(["**all pages**", "", "", "", "", "",
-                          fmt_duration(sum(_seeds_to_go_s(c) for _, _, c in seed_cells))])
+                          fmt_duration(sum(c.seeds_to_go_s for _, _, c in seed_cells))])
         out += table(["results page", "section", "cell", "seeds finished", "seeds in progress", "seeds not run yet",
                       "CPU time to go (estimate)"], seed_rows)
     out += ["", "## Pages", ""]

@@ -1658,7 +1658,7 @@ def test_a_seed_in_progress_is_timed_from_its_packed_checkpoint(tmp_path, monkey
     assert "about 17 min of CPU to finish (no packed checkpoint committed: it starts again)" in unpacked.status
     # The run file lists seeds 0, 1, 2: seed 2 is timed at the finished seed's 200 x 4 s.
     assert packed.missing_seeds == [2] and packed.missing_seeds_s == pytest.approx(800.0)
-    assert gen._seeds_to_go_s(packed) == pytest.approx(700.0 + 800.0)
+    assert packed.seeds_to_go_s == pytest.approx(700.0 + 800.0)
 
 
 def test_a_seed_that_diverged_has_ended_and_is_given_no_time_to_go(tmp_path, monkeypatch):
