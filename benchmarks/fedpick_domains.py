@@ -7,7 +7,8 @@ training, all on the FedBN Digits CNN with FedPick's SGD setting (lr 0.01, momen
 1 local epoch). Reported, as in the paper: the best test accuracy reached during training, per
 domain, mean (std) over seeds. Ablations (Table IV) are FedPick with one switch changed. Two diagnosis
 arms, not in the paper, run FedPer and FedRep with the encoder's BatchNorm kept local
-(``benchmarks/paper/fedpick/fedpick_table2_local_bn_check/``).
+(``benchmarks/paper/fedpick/fedpick_table2_local_bn_check/``, and at the paper's 300 rounds
+``fedpick_table2_local_bn_check_300/``).
 
 Each cell's run file, ``benchmarks/paper/fedpick/<table>/<arm>.toml``, holds everything the run needs:
 the arm and its algorithm, seeds, rounds, evaluation and checkpoint intervals, the results folder, the

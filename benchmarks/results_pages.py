@@ -2501,6 +2501,48 @@ def _fedpick_bn_check() -> tuple[Section, ...]:
                     note=_fedpick_bn_note()),)
 
 
+
+BN_CHECK_300 = "fedpick_table2_local_bn_check_300"  # the BatchNorm diagnosis's run files at the paper's 300 rounds
+
+
+def _fedpick_bn_check_300_note() -> str:
+    """What the BatchNorm diagnosis at 300 rounds measures and, once every seed of both BatchNorm-local arms
+    has run, what it found: each rule's 300-round gap with the encoder's BatchNorm averaged (the counted
+    cell) and kept local."""
+    note = ("The diagnosis above at the paper's 300 rounds, every other setting unchanged ("
+            + _run_files_and_command(BN_CHECK_300) + ", beside the counted 300-round cells of FedPer and FedRep. "
+            "It measures whether, at the paper's length, the rules reach the paper's numbers once the encoder's "
+            "BatchNorm is kept local.")
+    arms = ("fedper", "fedrep", "fedper_local_bn", "fedrep_local_bn")
+    if _seeds_not_run(DIGITS_300, BN_CHECK_300) or not all(_pick_runs(arm, DIGITS_300) for arm in arms):
+        return note
+    paper = paper_numbers()
+    gaps = {arm: statistics.fmean(_pick_best(arm, folder=DIGITS_300))
+            - paper[("FedPick", "II", "Digits5/MNIST", "FedPer" if arm.startswith("fedper") else "FedRep",
+                     "best_acc_mean")] for arm in arms}
+    return note + (f" After 300 rounds FedPer is {gaps['fedper']:+.2f} points from the paper with it averaged "
+                   f"and {gaps['fedper_local_bn']:+.2f} with it local; FedRep {gaps['fedrep']:+.2f} and "
+                   f"{gaps['fedrep_local_bn']:+.2f}.")
+
+
+def _fedpick_bn_check_300() -> tuple[Section, ...]:
+    """The BatchNorm diagnosis of FedPer's and FedRep's MNIST cells at the paper's 300 rounds; its BatchNorm-local
+    cells show their run files and CPU estimate until they have run."""
+    expect = (("domains", list(_DOMAINS)), ("rounds", 300))
+    rows = []
+    for label, arm in (("FedPer", "fedper"), ("FedRep", "fedrep")):
+        paper = ("FedPick", "II", "Digits5/MNIST", label, "best_acc_mean")
+        rows += [Row(f"{label}, encoder BN averaged (the 300-round cell above)", (f"{DIGITS_300}/{arm}_seed*.json",),
+                     "best_per_domain[0]", paper, kind="fedpick", expect=expect,
+                     run_file=f"fedpick/fedpick_table2_digits_300/{arm}.toml"),
+                 Row(f"{label}, encoder BN local", (f"{DIGITS_300}/{arm}_local_bn_seed*.json",),
+                     "best_per_domain[0]", paper, kind="fedpick", expect=expect,
+                     run_file=f"fedpick/{BN_CHECK_300}/{arm}_local_bn.toml")]
+    return (Section("MNIST at the paper's 300 rounds: FedPer and FedRep with the encoder's BatchNorm kept local",
+                    tuple(rows), paper_rounds=300, counted=False, diagnosis=True,
+                    why_not="a diagnosis of the FedPer and FedRep cells: a sharing rule other than theirs",
+                    note=_fedpick_bn_check_300_note()),)
+
 FEDPICK_TABLE2 = Page(
     slug="fedpick_table2",
     title="FedPick, Table II: cross-domain digits",
@@ -2509,7 +2551,7 @@ FEDPICK_TABLE2 = Page(
     intro=_PICK_INTRO,
     sections=_fedpick("II", [(label, arm, None) for label, arm in _T2_ARMS],
                       mnist_note=_fedpick_t2_mnist_note(), superseded_by=DIGITS_300)
-    + _fedpick_300() + _fedpick_bn_check()
+    + _fedpick_300() + _fedpick_bn_check() + _fedpick_bn_check_300()
     + _fedpick_usps() + _fedpick_usps_300() + _fedpick_width1() + _fedpick_width1_300(),
 )
 

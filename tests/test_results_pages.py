@@ -1263,6 +1263,50 @@ def test_fedpick_table2_notes_read_the_thirty_round_runs(monkeypatch, tmp_path):
     assert gen._fedpick_t2_mnist_note() == ""
 
 
+
+def test_the_batchnorm_diagnosis_at_300_rounds_has_the_30_round_rules_and_reads_its_runs(monkeypatch, tmp_path):
+    """The BatchNorm diagnosis of FedPer and FedRep at the paper's 300 rounds: its run files differ from the
+    30-round diagnosis's only in length, checkpointing and results folder; the section is a diagnosis showing
+    the counted 300-round cells beside the BatchNorm-local runs; its note states each rule's 300-round gap
+    both ways only once every seed of both BatchNorm-local runs has a file."""
+    import tomllib
+
+    gen = _generator()
+    folder = REPO / "benchmarks" / "paper" / "fedpick"
+    for arm in ("fedper_local_bn", "fedrep_local_bn"):
+        short = tomllib.loads((folder / "fedpick_table2_local_bn_check" / f"{arm}.toml").read_text())
+        long = tomllib.loads((folder / gen.BN_CHECK_300 / f"{arm}.toml").read_text())
+        assert (long["rounds"], long["out"]) == (300, f"benchmarks/results/{gen.DIGITS_300}")
+        assert long["checkpoint_every"] > 0
+        for key in ("rounds", "out", "checkpoint_every"):
+            del short[key], long[key]
+        assert long == short
+    (section,) = gen._fedpick_bn_check_300()
+    assert section.diagnosis and not section.counted and section.paper_rounds == 300
+    assert [row.method for row in section.rows] == [
+        "FedPer, encoder BN averaged (the 300-round cell above)", "FedPer, encoder BN local",
+        "FedRep, encoder BN averaged (the 300-round cell above)", "FedRep, encoder BN local"]
+    assert [row.files for row in section.rows] == [(f"{gen.DIGITS_300}/{arm}_seed*.json",) for arm in
+                                                   ("fedper", "fedper_local_bn", "fedrep", "fedrep_local_bn")]
+
+    paper = paper_csv()
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    results = tmp_path / gen.DIGITS_300
+    ends = {"fedper": -6.0, "fedrep": -24.0, "fedper_local_bn": -1.0, "fedrep_local_bn": -1.25}
+    for arm, gap in ends.items():
+        method = "FedPer" if arm.startswith("fedper") else "FedRep"
+        top = paper[("FedPick", "II", "Digits5/MNIST", method, "best_acc_mean")] + gap
+        for k in (0, 1, 2)[: 2 if arm == "fedrep_local_bn" else 3]:  # FedRep, BN local: seed 2 still to run
+            _pick_seed(results, arm, k, [top - 1.0, top + 0.5 * (k - 1)], 50.0)
+    note = gen._fedpick_bn_check_300_note()
+    assert "run files `benchmarks/paper/fedpick/fedpick_table2_local_bn_check_300/`" in note
+    assert "After 300 rounds" not in note
+    top = paper[("FedPick", "II", "Digits5/MNIST", "FedRep", "best_acc_mean")] - 1.25
+    _pick_seed(results, "fedrep_local_bn", 2, [top - 1.0, top + 0.5], 50.0)
+    note = gen._fedpick_bn_check_300_note()
+    assert note.endswith("After 300 rounds FedPer is -6.00 points from the paper with it averaged and -1.00 "
+                         "with it local; FedRep -24.00 and -1.25.")
+
 def test_fedpick_table4_wo_lce_note_reads_its_first_thirty_rounds(monkeypatch, tmp_path):
     """FedPick Table IV's w/o L_lce note: its cell as a 30-round run would give it (best MNIST accuracy up to
     round 30, mean over the seeds), its gap then, its 5-round steps from round 15 to 30, and the largest gain of
