@@ -1267,8 +1267,8 @@ def test_fedpick_table2_notes_read_the_thirty_round_runs(monkeypatch, tmp_path):
 def test_the_batchnorm_diagnosis_at_300_rounds_has_the_30_round_rules_and_reads_its_runs(monkeypatch, tmp_path):
     """The BatchNorm diagnosis of FedPer and FedRep at the paper's 300 rounds: its run files differ from the
     30-round diagnosis's only in length, checkpointing and results folder; the section is a diagnosis showing
-    the counted 300-round cells beside the BatchNorm-local runs; its note states each rule's 300-round gap
-    both ways only once every seed of both BatchNorm-local runs has a file."""
+    the counted 300-round cells beside the BatchNorm-local runs; its note states a rule's 300-round gap both
+    ways only once every seed of that rule's BatchNorm-local run has a file."""
     import tomllib
 
     gen = _generator()
@@ -1300,12 +1300,20 @@ def test_the_batchnorm_diagnosis_at_300_rounds_has_the_30_round_rules_and_reads_
             _pick_seed(results, arm, k, [top - 1.0, top + 0.5 * (k - 1)], 50.0)
     note = gen._fedpick_bn_check_300_note()
     assert "run files `benchmarks/paper/fedpick/fedpick_table2_local_bn_check_300/`" in note
-    assert "After 300 rounds" not in note
+    assert note.endswith(" After 300 rounds, FedPer is -6.00 points from the paper with it averaged and -1.00 "
+                         "with it local (3 seeds each).")  # FedRep's seed 2 is still to run
+    assert gen._bn_local_300("fedrep") is None
     top = paper[("FedPick", "II", "Digits5/MNIST", "FedRep", "best_acc_mean")] - 1.25
     _pick_seed(results, "fedrep_local_bn", 2, [top - 1.0, top + 0.5], 50.0)
+    assert gen._bn_local_300("fedrep") == pytest.approx(top)
     note = gen._fedpick_bn_check_300_note()
-    assert note.endswith("After 300 rounds FedPer is -6.00 points from the paper with it averaged and -1.00 "
-                         "with it local; FedRep -24.00 and -1.25.")
+    assert note.endswith(" After 300 rounds, FedPer is -6.00 points from the paper with it averaged and -1.00 "
+                         "with it local (3 seeds each); FedRep is -24.00 points from the paper with it averaged "
+                         "and -1.25 with it local (3 seeds each).")
+    for k in (0, 1, 2):
+        (results / f"fedper_local_bn_seed{k}.json").unlink()
+    assert gen._fedpick_bn_check_300_note().endswith(" After 300 rounds, FedRep is -24.00 points from the paper "
+                                                     "with it averaged and -1.25 with it local (3 seeds each).")
 
 def test_fedpick_table4_wo_lce_note_reads_its_first_thirty_rounds(monkeypatch, tmp_path):
     """FedPick Table IV's w/o L_lce note: its cell as a 30-round run would give it (best MNIST accuracy up to
