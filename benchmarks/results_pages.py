@@ -2504,7 +2504,6 @@ def _fedpick_bn_check() -> tuple[Section, ...]:
                     note=_fedpick_bn_note()),)
 
 
-
 BN_CHECK_300 = "fedpick_table2_local_bn_check_300"  # the BatchNorm diagnosis's run files at the paper's 300 rounds
 
 
@@ -2533,10 +2532,10 @@ def _fedpick_bn_check_300_note() -> str:
             continue
         paper = paper_numbers()[("FedPick", "II", "Digits5/MNIST", label, "best_acc_mean")]
         averaged = statistics.fmean(_pick_best(arm, folder=DIGITS_300))
-        seeds = {len(_pick_runs(arm, DIGITS_300)), len(_pick_runs(f"{arm}_local_bn", DIGITS_300))}
+        shared, local = len(_pick_runs(arm, DIGITS_300)), len(_pick_runs(f"{arm}_local_bn", DIGITS_300))
+        seeds = f"{shared} seeds each" if shared == local else f"{shared} and {local} seeds"
         found.append(f"{label} is {averaged - paper:+.2f} points from the paper with it averaged and "
-                     f"{kept - paper:+.2f} with it local ("
-                     + (f"{seeds.pop()} seeds each)" if len(seeds) == 1 else f"{min(seeds)} and {max(seeds)} seeds)"))
+                     f"{kept - paper:+.2f} with it local ({seeds})")
     return note + (" After 300 rounds, " + "; ".join(found) + "." if found else "")
 
 
@@ -2557,6 +2556,7 @@ def _fedpick_bn_check_300() -> tuple[Section, ...]:
                     tuple(rows), paper_rounds=300, counted=False, diagnosis=True,
                     why_not="a diagnosis of the FedPer and FedRep cells: a sharing rule other than theirs",
                     note=_fedpick_bn_check_300_note()),)
+
 
 FEDPICK_TABLE2 = Page(
     slug="fedpick_table2",
