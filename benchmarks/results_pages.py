@@ -2511,8 +2511,8 @@ def _bn_local_300(arm: str) -> float | None:
     """The mean best MNIST accuracy of FedPer's or FedRep's (``arm``) BatchNorm-local run at the paper's 300
     rounds, once every seed of its run file has a file; None before."""
     local = f"{arm}_local_bn"
-    seeds = tomllib.loads((RUN_FILES / "fedpick" / BN_CHECK_300 / f"{local}.toml").read_text())["seeds"]
-    if not all((RESULTS / DIGITS_300 / f"{local}_seed{k}.json").exists() for k in seeds):
+    spec = tomllib.loads((RUN_FILES / "fedpick" / BN_CHECK_300 / f"{local}.toml").read_text())
+    if not all((RESULTS / DIGITS_300 / f"{local}_seed{k}.json").exists() for k in run_file_seeds(spec)):
         return None
     return statistics.fmean(_pick_best(local, folder=DIGITS_300))
 
@@ -2527,12 +2527,12 @@ def _fedpick_bn_check_300_note() -> str:
             "BatchNorm is kept local.")
     found = []
     for label, arm in (("FedPer", "fedper"), ("FedRep", "fedrep")):
-        kept = _bn_local_300(arm)
-        if kept is None or not _pick_runs(arm, DIGITS_300):
+        kept, averaged_bests = _bn_local_300(arm), _pick_best(arm, folder=DIGITS_300)
+        if kept is None or not averaged_bests:
             continue
         paper = paper_numbers()[("FedPick", "II", "Digits5/MNIST", label, "best_acc_mean")]
-        averaged = statistics.fmean(_pick_best(arm, folder=DIGITS_300))
-        shared, local = len(_pick_runs(arm, DIGITS_300)), len(_pick_runs(f"{arm}_local_bn", DIGITS_300))
+        averaged = statistics.fmean(averaged_bests)
+        shared, local = len(averaged_bests), len(_pick_runs(f"{arm}_local_bn", DIGITS_300))
         seeds = f"{shared} seeds each" if shared == local else f"{shared} and {local} seeds"
         found.append(f"{label} is {averaged - paper:+.2f} points from the paper with it averaged and "
                      f"{kept - paper:+.2f} with it local ({seeds})")

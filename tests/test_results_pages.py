@@ -1269,8 +1269,6 @@ def test_the_batchnorm_diagnosis_at_300_rounds_has_the_30_round_rules_and_reads_
     30-round diagnosis's only in length, checkpointing and results folder; the section is a diagnosis showing
     the counted 300-round cells beside the BatchNorm-local runs; its note states a rule's 300-round gap both
     ways only once every seed of that rule's BatchNorm-local run has a file."""
-    import tomllib
-
     gen = _generator()
     folder = REPO / "benchmarks" / "paper" / "fedpick"
     for arm in ("fedper_local_bn", "fedrep_local_bn"):
