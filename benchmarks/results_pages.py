@@ -2487,18 +2487,27 @@ def _fedpick_width1_300() -> tuple[Section, ...]:
                     why_not="a diagnosis of the width: one seed, 2000 test images per domain", note=note),)
 
 
-def _fedpick_bn_check() -> tuple[Section, ...]:
-    """The diagnosis of FedPer's and FedRep's MNIST cells: each beside the same rule with the encoder's
-    BatchNorm kept local (``benchmarks/fedpick_domains.py``'s diagnosis arms)."""
-    expect = (("domains", list(_DOMAINS)),)
+def _bn_check_rows(folder: str, averaged: str, expect: tuple, run_files: str | None = None) -> tuple[Row, ...]:
+    """The rows of a BatchNorm diagnosis section: FedPer and FedRep, each with the encoder's BatchNorm averaged
+    (``averaged`` names that cell) and kept local, read from ``folder``; ``run_files`` is the run files' folder
+    under ``benchmarks/paper/fedpick/`` for the rows that show theirs until they have run (None: the runs
+    predate their run files)."""
     rows = []
     for label, arm in (("FedPer", "fedper"), ("FedRep", "fedrep")):
         paper = ("FedPick", "II", "Digits5/MNIST", label, "best_acc_mean")
-        rows += [Row(f"{label}, encoder BN averaged (the cell above)", (f"fedpick_domains/{arm}_seed*.json",),
-                     "best_per_domain[0]", paper, kind="fedpick", expect=expect),
-                 Row(f"{label}, encoder BN local", (f"fedpick_domains/{arm}_local_bn_seed*.json",),
-                     "best_per_domain[0]", paper, kind="fedpick", expect=expect)]
-    return (Section("MNIST: FedPer and FedRep with the encoder's BatchNorm kept local", tuple(rows),
+        for rule, stem, run_folder in ((f"BN averaged ({averaged})", arm, "fedpick_table2_digits_300"),
+                                       ("BN local", f"{arm}_local_bn", run_files)):
+            run_file = f"fedpick/{run_folder}/{stem}.toml" if run_files else None
+            rows.append(Row(f"{label}, encoder {rule}", (f"{folder}/{stem}_seed*.json",), "best_per_domain[0]",
+                            paper, kind="fedpick", expect=expect, run_file=run_file))
+    return tuple(rows)
+
+
+def _fedpick_bn_check() -> tuple[Section, ...]:
+    """The diagnosis of FedPer's and FedRep's MNIST cells: each beside the same rule with the encoder's
+    BatchNorm kept local (``benchmarks/fedpick_domains.py``'s diagnosis arms)."""
+    rows = _bn_check_rows("fedpick_domains", "the cell above", (("domains", list(_DOMAINS)),))
+    return (Section("MNIST: FedPer and FedRep with the encoder's BatchNorm kept local", rows,
                     paper_rounds=300, counted=False, diagnosis=True,
                     why_not="a diagnosis of the FedPer and FedRep cells: a sharing rule other than theirs",
                     note=_fedpick_bn_note()),)
@@ -2542,18 +2551,10 @@ def _fedpick_bn_check_300_note() -> str:
 def _fedpick_bn_check_300() -> tuple[Section, ...]:
     """The BatchNorm diagnosis of FedPer's and FedRep's MNIST cells at the paper's 300 rounds; its BatchNorm-local
     cells show their run files and CPU estimate until they have run."""
-    expect = (("domains", list(_DOMAINS)), ("rounds", 300))
-    rows = []
-    for label, arm in (("FedPer", "fedper"), ("FedRep", "fedrep")):
-        paper = ("FedPick", "II", "Digits5/MNIST", label, "best_acc_mean")
-        rows += [Row(f"{label}, encoder BN averaged (the 300-round cell above)", (f"{DIGITS_300}/{arm}_seed*.json",),
-                     "best_per_domain[0]", paper, kind="fedpick", expect=expect,
-                     run_file=f"fedpick/fedpick_table2_digits_300/{arm}.toml"),
-                 Row(f"{label}, encoder BN local", (f"{DIGITS_300}/{arm}_local_bn_seed*.json",),
-                     "best_per_domain[0]", paper, kind="fedpick", expect=expect,
-                     run_file=f"fedpick/{BN_CHECK_300}/{arm}_local_bn.toml")]
+    rows = _bn_check_rows(DIGITS_300, "the 300-round cell above", (("domains", list(_DOMAINS)), ("rounds", 300)),
+                          run_files=BN_CHECK_300)
     return (Section("MNIST at the paper's 300 rounds: FedPer and FedRep with the encoder's BatchNorm kept local",
-                    tuple(rows), paper_rounds=300, counted=False, diagnosis=True,
+                    rows, paper_rounds=300, counted=False, diagnosis=True,
                     why_not="a diagnosis of the FedPer and FedRep cells: a sharing rule other than theirs",
                     note=_fedpick_bn_check_300_note()),)
 
