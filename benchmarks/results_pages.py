@@ -3095,6 +3095,9 @@ class Cell:
     paper: float | None = None
     status: str = ""
     complete: bool = False
+    # Its runs are short of their length and more rounds can run: in progress or a shorter run, not one that
+    # diverged (more rounds would diverge again) nor one read at a fixed round.
+    can_go_on: bool = False
     estimate_s: float | None = None  # CPU time of a cell not run yet, when it has a run file
     to_go: dict[Path, float] | None = None  # CPU seconds each file of an unfinished cell needs to reach its length
 
@@ -3195,7 +3198,7 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
         if not files and row.run_file is not None:
             cell.estimate_s = not_run_seconds(row)
         cell.superseded = row.superseded_by is not None and bool(expand(row.superseded_by))
-        cell.status, cell.complete = _status(cell, section)
+        cell.status, cell.complete, cell.can_go_on = _status(cell, section)
         if cell.pending:
             cell.status += "; " + ", ".join(f"seed {k} in progress (round {r})" for k, r in cell.pending) + \
                 ", not in the mean yet"
@@ -3223,7 +3226,7 @@ def read_section(section: Section, paper: dict, refs: list) -> tuple[list[Cell],
             if not cell.superseded:
                 cell.status += (f"; its run at the paper's length (`benchmarks/results/{row.superseded_by}`) "
                                 "is not run yet")
-        elif files and not cell.complete and not section.same_round and not any(cell.diverged):
+        elif cell.can_go_on:
             cell.to_go = _to_go(files, cell.planned, row.run_file, section.paper_rounds)
             if cell.to_go is not None:
                 target = max(section.paper_rounds, *cell.planned)
@@ -3344,12 +3347,13 @@ def _resuming(starts: list[int]) -> str:
             else " (no packed checkpoint committed: it starts again)")
 
 
-def _status(cell: Cell, section: Section) -> tuple[str, bool]:
+def _status(cell: Cell, section: Section) -> tuple[str, bool, bool]:
+    """The cell's status text, whether its runs are complete, and whether they can go on (``Cell.can_go_on``)."""
     if not cell.files:
         status = _not_run_status(cell.row)
         if cell.row.repeat_of:
             status += f"; repeated from {cell.row.repeat_of}"
-        return status, False
+        return status, False, False
     done, planned = min(cell.rounds), min(cell.planned)
     diverged = sorted({d for d in cell.diverged if d is not None})
     if section.same_round:
@@ -3363,11 +3367,12 @@ def _status(cell: Cell, section: Section) -> tuple[str, bool]:
         status, complete = f"shorter run: {done} of the paper's {section.paper_rounds} rounds", False
     else:
         status, complete = "complete", True
+    can_go_on = not (complete or section.same_round or diverged)
     if cell.row.repeat_of:
         status += f"; repeated from {cell.row.repeat_of}"
     if cell.superseded:
         status += f"; superseded by `benchmarks/results/{cell.row.superseded_by}`"
-    return status, complete
+    return status, complete, can_go_on
 
 
 # --------------------------------------------------------------------------------------------------
@@ -3877,15 +3882,14 @@ def not_run(cells: list[Cell]) -> dict:
 
 
 def unfinished(cells: list[Cell]) -> dict:
-    """Shorter runs and runs in progress (repeats of another page's cell and runs with a later run of the same
-    cell, run or not yet, left out): how
-    many, how many of them have an estimate, and the CPU seconds their runs need to reach their length, each
+    """Shorter runs and runs in progress, the cells that can go on (``Cell.can_go_on``: a run that diverged has
+    ended), repeats of another page's cell and runs with a later run of the same cell, run or not yet, left
+    out: how many, how many of them have an estimate, and the CPU seconds their runs need to reach their length, each
     run counted once (one FedPick run gives a cell in every domain's section)."""
     out = {"cells": 0, "estimated": 0, "seconds": 0.0}
     runs = {}
     for c in cells:
-        if (not c.files or c.complete or c.row.repeat_of or c.row.superseded_by
-                or c.status.startswith("read at round")):
+        if not c.can_go_on or c.row.repeat_of or c.row.superseded_by:
             continue
         out["cells"] += 1
         if c.to_go is not None:
@@ -3913,13 +3917,10 @@ def score(rendered: RenderedPage) -> dict[str, int]:
     return s
 
 
-UNFINISHED = ("in progress", "shorter run")  # the status of a cell whose runs can still go on to its length
-
-
 def if_not_run_land_within(rendered: list[RenderedPage]) -> tuple[int, int]:
     """``(within FAR, cells)`` the scoreboard would count were every cell not run yet in a counted section, and
-    every counted cell whose runs are still short of its length (in progress or shorter), to land within ``FAR``
-    points of the paper, every other counted cell keeping its gap. A cell not run yet that is the later run of a
+    every counted cell whose runs can still go on to its length (``Cell.can_go_on``: in progress or shorter, not
+    diverged), to land within ``FAR`` points of the paper, every other counted cell keeping its gap. A cell not run yet that is the later run of a
     counted shorter run (``Row.superseded_by``) takes that cell's place."""
     within = cells = 0
     for r in rendered:
@@ -3932,7 +3933,7 @@ def if_not_run_land_within(rendered: list[RenderedPage]) -> tuple[int, int]:
                 if not c.files and c.paper is not None:
                     within, cells = within + 1, cells + 1
                 elif counted(c, section) and c.row.superseded_by is None:
-                    lands = c.status.startswith(UNFINISHED) or abs(round(c.gap, 2)) <= FAR
+                    lands = c.can_go_on or abs(round(c.gap, 2)) <= FAR
                     within, cells = within + lands, cells + 1
     return within, cells
 

@@ -1738,6 +1738,14 @@ def test_a_seed_that_diverged_has_ended_and_is_given_no_time_to_go(tmp_path, mon
     assert "CPU to reach" not in one.status
     assert two.pending == [] and two.values == [80.0, 81.0] and two.running() == []
     assert two.status.startswith("diverged: round 162 of 200")
+    # Ended, so not among the cells that can go on: the README's table of unfinished cells leaves them out,
+    # and the projection keeps their gap (80.0 and 80.5 against 90.0: not within).
+    assert not one.can_go_on and not two.can_go_on and gen.unfinished([one, two])["cells"] == 0
+    for cell in (one, two):
+        cell.paper = 90.0
+    counted = gen.Section("demo", (alone, pair), paper_rounds=200)
+    page = gen.RenderedPage(page=None, text="", sections=[(counted, [one, two])])
+    assert counted.counted and gen.if_not_run_land_within([page]) == (0, 2)
 
 
 def test_missing_seeds_are_timed_by_the_cells_finished_seeds(tmp_path, monkeypatch):
