@@ -1532,6 +1532,40 @@ def test_table1_100_client_apfl_note_quotes_the_20_client_gap_only_once_that_run
     assert gen._apfl_100_note() == ""
 
 
+def test_table1_100_client_pfedme_note_reads_its_rule_and_the_inner_step_check(monkeypatch, tmp_path):
+    """The 100-client pFedMe note, written only when the finished cell is far: its gap, its rule's lambda, K
+    and inner step read from its results file, the 20-client cell's gap once that run exists, and the round
+    where the 20-client run of pFedMe's own inner step diverged once that run says so."""
+    gen = _generator()
+    paper = paper_csv()
+    here = paper[("FedPAC", "1", "FMNIST/100clients_frac0.3", "pFedMe", "acc")]
+    there = paper[("FedPAC", "1", "FMNIST/20clients_frac1.0", "pFedMe", "acc")]
+    run = {**_finished({150: here - 3.0, 200: here - 2.5}, here - 2.5),
+           "config": {"prox_mu": 10.0, "inner_steps": 7, "personal_lr": 0.03}}
+    runs = {"table1_fmnist_100clients/pfedme": [run]}
+    monkeypatch.setattr(gen, "_finished_runs", lambda c: runs.get(c, []))
+    finals = {"table1_fmnist/pfedme": there - 1.25}
+    monkeypatch.setattr(gen, "_mean_final", finals.get)
+    monkeypatch.setattr(gen, "_not_truncated", lambda cell, value: "")
+    monkeypatch.setattr(gen, "RESULTS", tmp_path)
+    note = gen._pfedme_100_note()
+    assert note.startswith("**pFedMe** ends 2.50 points under the paper after the full 200 rounds.")
+    assert ("with lambda = 10, K = 7 and an inner step of 0.03, which is -1.25 from the paper there. FedPAC's "
+            "appendix does not give the inner step;") in note
+    assert "pFedMe's own code. Here a client's personal model" in note  # no check run: nothing said of it
+    check = tmp_path / gen.PFEDME_CHECK / "results.json"
+    check.parent.mkdir(parents=True)
+    check.write_text(json.dumps({"diverged_at_round": 171}))
+    del finals["table1_fmnist/pfedme"]
+    note = gen._pfedme_100_note()
+    assert "and an inner step of 0.03. FedPAC's" in note
+    assert "pFedMe's own code, and that run diverged at round 171 of 200. Here" in note
+    run["final_accuracy"]["mean"] = here - 1.5  # within the tolerance: no note
+    assert gen._pfedme_100_note() == ""
+    runs.clear()  # not finished: no note
+    assert gen._pfedme_100_note() == ""
+
+
 def test_a_far_cell_is_diagnosed_only_where_its_section_names_it(tmp_path):
     gen = _generator()
     path = tmp_path / "results.json"
