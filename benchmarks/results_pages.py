@@ -4041,8 +4041,8 @@ def render_readme(rendered: list[RenderedPage]) -> str:
         "stand-in domains and cells repeated from another page are shown but not counted). "
         "**within 1.0** / **within 1.5**: |ours − paper| ≤ 1.0 / 1.5 points, on the gap as printed. "
         "**complete runs**: cells whose runs went as many rounds as the paper's; the others (shorter runs, "
-        "runs in progress) are provisional. Methods not run yet have no cell. A cell with one seed whose gap "
-        "lands within 0.25 points of the 1.5-point tolerance, on either side, gets three seeds in its run file "
+        "runs in progress) are provisional. Methods not run yet have no cell. A cell with one finished seed whose "
+        "gap lands within 0.25 points of the 1.5-point tolerance, on either side, gets three seeds in its run file "
         "(the other cells' seeds are as each page says), since seed noise alone can put such a cell on either "
         "side; its number is the mean over the seeds finished.", "",
     ]

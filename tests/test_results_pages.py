@@ -1616,7 +1616,8 @@ def test_readme_table_of_missing_seeds_matches_the_pages():
 def test_one_seed_cells_near_the_tolerance_list_three_seeds_and_their_page_names_them():
     """The scoreboard's seed rule holds on every page: a counted cell with one finished seed whose gap lies
     within 0.25 points of the 1.5-point tolerance, on either side, has a run file listing at least three seeds
-    (its status names the missing ones), and its page's introduction names it among the three-seed cells."""
+    (its status names the missing ones), and its page's introduction names it among the three-seed cells. A
+    run in progress has no finished seed: its provisional gap decides nothing yet."""
     one_seed = []
     for name in PAGES:
         text = (DOCS / name).read_text()
@@ -1625,7 +1626,7 @@ def test_one_seed_cells_near_the_tolerance_list_three_seeds_and_their_page_names
             if t["header"][:4] != ["method", "ours", "paper", "gap"]:
                 continue
             for row in t["rows"]:
-                if row["counted"] != "yes" or row["seeds"] != "1":
+                if row["counted"] != "yes" or row["seeds"] != "1" or row["status"].startswith("in progress"):
                     continue
                 one_seed.append((name, row["method"]))
                 if abs(abs(float(row["gap"])) - 1.5) > 0.25:
