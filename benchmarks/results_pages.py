@@ -217,6 +217,15 @@ FEDPAC_SETTING = (
     "accuracy after the last round.")
 
 def paper_numbers(path: Path = PAPER_CSV) -> dict[tuple[str, ...], float]:
+    """``(paper, table, setting, method, metric) -> value`` of the papers' numbers; a fresh dict each call."""
+    stat = path.stat()
+    return dict(_read_paper_numbers(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def _read_paper_numbers(path: Path, mtime_ns: int, size: int) -> dict[tuple[str, ...], float]:
+    # The notes ask for the papers' numbers about 60 times while the module loads: parse the file once per
+    # version of it (the key changes when the file does).
     with path.open(newline="") as f:
         return {(r["paper"], r["table"], r["setting"], r["method"], r["metric"]): float(r["value"])
                 for r in csv.DictReader(f)}

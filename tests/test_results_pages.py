@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -73,9 +74,15 @@ def parse_tables(text: str) -> list[dict]:
     return tables
 
 
+@functools.cache
+def _diagnosis_mark() -> str:
+    # Read once: loading the generator builds every page (about 0.6 s), and this is called once per page.
+    return _generator().DIAGNOSIS_MARK
+
+
 def _without_diagnosis_sections(text: str) -> str:
     """A page without its diagnosis sections (runs outside the paper's settings, left out of the totals)."""
-    mark = _generator().DIAGNOSIS_MARK
+    mark = _diagnosis_mark()
     return "\n## ".join(part for part in text.split("\n## ") if mark not in part)
 
 
