@@ -315,6 +315,15 @@ def _twenty_client_gain_clause(method: str, cell: str) -> str:
     return f" In the 20-client section ours gains {gains[0]:.2f} and the paper's {gains[1]:.2f}." if gains else ""
 
 
+def _twenty_client_gap_clause(method: str, cell: str) -> str:
+    """For a 100-client note: the same method's gap in Table 1's 20-client section, as a clause; "" until that
+    run has finished, so the page builds without it."""
+    ours = _mean_final(f"table1_fmnist/{cell}")
+    if ours is None:
+        return ""
+    return f", which is {ours - paper_numbers()[('FedPAC', '1', FMNIST20, method, 'acc')]:+.2f} from the paper there"
+
+
 def _fedbabu_100_note() -> str:
     """The 100-client FedBABU cell, when it has finished: its curve and the same rule's other cells."""
     if not _finished_runs("table1_fmnist_100clients/fedbabu"):
@@ -504,10 +513,7 @@ def _apfl_100_note() -> str:
     paper100 = paper[("FedPAC", "1", FMNIST100, "APFL", "acc")]
     if ours is None or abs(ours - paper100) <= FAR:
         return ""
-    ours20 = _mean_final("table1_fmnist/apfl")
-    # The 20-client cell's gap is quoted only once that run exists, so the page builds without it.
-    gap20 = ("" if ours20 is None else
-             f", which is {ours20 - paper[('FedPAC', '1', FMNIST20, 'APFL', 'acc')]:+.2f} from the paper there")
+    gap20 = _twenty_client_gap_clause("APFL", "apfl")
     return (
         f"**APFL** ends {abs(ours - paper100):.2f} points {'under' if ours < paper100 else 'above'} the paper "
         "after the full 200 rounds. "
@@ -536,9 +542,7 @@ def _pfedme_100_note() -> str:
     if ours is None or abs(ours - paper100) <= FAR:
         return ""
     config = runs[0]["config"]
-    ours20 = _mean_final("table1_fmnist/pfedme")
-    gap20 = ("" if ours20 is None else
-             f", which is {ours20 - paper[('FedPAC', '1', FMNIST20, 'pFedMe', 'acc')]:+.2f} from the paper there")
+    gap20 = _twenty_client_gap_clause("pFedMe", "pfedme")
     check = RESULTS / PFEDME_CHECK / "results.json"
     diverged = json.loads(check.read_text()).get("diverged_at_round") if check.exists() else None
     step = "" if diverged is None else f", and that run diverged at round {diverged} of 200"
@@ -3923,8 +3927,8 @@ def not_run(cells: list[Cell]) -> dict:
 def unfinished(cells: list[Cell]) -> dict:
     """Shorter runs and runs in progress, the cells that can go on (``Cell.can_go_on``: a run that diverged has
     ended), repeats of another page's cell and runs with a later run of the same cell, run or not yet, left
-    out: how many, how many of them have an estimate, and the CPU seconds their runs need to reach their length, each
-    run counted once (one FedPick run gives a cell in every domain's section)."""
+    out: how many, how many of them have an estimate, and the CPU seconds their runs need to reach their
+    length, each run counted once (one FedPick run gives a cell in every domain's section)."""
     out = {"cells": 0, "estimated": 0, "seconds": 0.0}
     runs = {}
     for c in cells:
@@ -3959,8 +3963,8 @@ def score(rendered: RenderedPage) -> dict[str, int]:
 def if_not_run_land_within(rendered: list[RenderedPage]) -> tuple[int, int]:
     """``(within FAR, cells)`` the scoreboard would count were every cell not run yet in a counted section, and
     every counted cell whose runs can still go on to its length (``Cell.can_go_on``: in progress or shorter, not
-    diverged), to land within ``FAR`` points of the paper, every other counted cell keeping its gap. A cell not run yet that is the later run of a
-    counted shorter run (``Row.superseded_by``) takes that cell's place."""
+    diverged), to land within ``FAR`` points of the paper, every other counted cell keeping its gap. A cell not
+    run yet that is the later run of a counted shorter run (``Row.superseded_by``) takes that cell's place."""
     within = cells = 0
     for r in rendered:
         for section, cs in r.sections:
