@@ -1250,20 +1250,33 @@ FEDEM_CHECK = "table4_fedem_check/fedem__m_3__client_size_{clients}clients"
 FEDEM_CHECK_SECTION = "FedEM: the server's weights"
 FEDEM_CELLS = {20: ("table1_fmnist/fedem__m_3", FMNIST20, T1_20 + "fedem__m_3.toml"),
                100: ("table1_fmnist_100clients/fedem__m_3", FMNIST100, T1_100 + "fedem__m_3.toml")}
-# FedEM-FT read from the 100-client check run, beside the cell's FedEM-FT read from the cell's run.
+# The same check with five components, 20 clients only (seed 0; the cell has three seeds).
+FEDEM5_CHECK = "table4_fedem_check/fedem__m_5__client_size_{clients}clients"
+FEDEM5_CELLS = {20: ("table1_fmnist/fedem__m_5", FMNIST20, T1_20 + "fedem__m_5.toml")}
+# FedEM-FT read from a check run, beside the cell's FedEM-FT read from the cell's run(s).
 FEDEM_FT_CHECK = "table4_fedem_check/fedem_ft__m_3__client_size_100clients/from_fedem__m_3__client_size_100clients.json"
 FEDEM_FT_CELL = "table1_fmnist_100clients/fedem_ft__m_3/from_fedem__m_3.json"
+FEDEM5_FT_CHECK = "table4_fedem_check/fedem_ft__m_5__client_size_20clients/from_fedem__m_5__client_size_20clients.json"
+FEDEM5_FT_CELL = "table1_fmnist/fedem_ft__m_5/seed*/from_fedem__m_5.json"
+# (components, clients) -> the cell's FedEM-FT, the check's, the cell's paper setting and its run file
+FEDEM_FT_CHECKS = {(3, 100): (FEDEM_FT_CELL, FEDEM_FT_CHECK, FMNIST100, T1_100 + "fedem_ft__m_3.toml"),
+                   (5, 20): (FEDEM5_FT_CELL, FEDEM5_FT_CHECK, FMNIST20, T1_20 + "fedem_ft__m_5.toml")}
 
 
-def _fedem_ft_check_rows() -> tuple[Row, ...]:
-    """The FedEM diagnosis section's FedEM-FT (M=3) rows, 100 clients: the cell, read from the cell's run, and
-    the same fine-tuning read from the check run."""
-    paper_cell = ("FedPAC", "4", FMNIST100, "FedEM-FT (M=3)", "acc")
-    return (Row("FedEM-FT (M=3), 100 clients, responsibility-mass weights (the cell)", (FEDEM_FT_CELL,), LAST_EVAL,
-                paper_cell, kind="fedavg_eval", run_file=T1_100 + "fedem_ft__m_3.toml"),
-            Row("FedEM-FT (M=3), 100 clients, client-size weights over every client (FedEM's paper and code)",
-                (FEDEM_FT_CHECK,), LAST_EVAL, paper_cell, kind="fedavg_eval",
-                run_file="fedpac/table4_fedem_check/fedem_ft__m_3__client_size_100clients.toml"))
+def _fedem_ft_check_rows(components: int) -> tuple[Row, ...]:
+    """The FedEM diagnosis section's FedEM-FT rows with ``components`` components: the cell, read from the
+    cell's run(s), and the same fine-tuning read from the check run (:data:`FEDEM_FT_CHECKS`)."""
+    rows = []
+    for (m, clients), (cell, check, setting, run_file) in FEDEM_FT_CHECKS.items():
+        if m != components:
+            continue
+        paper_cell = ("FedPAC", "4", setting, f"FedEM-FT (M={m})", "acc")
+        rows += [Row(f"FedEM-FT (M={m}), {clients} clients, responsibility-mass weights (the cell)", (cell,),
+                     LAST_EVAL, paper_cell, kind="fedavg_eval", run_file=run_file),
+                 Row(f"FedEM-FT (M={m}), {clients} clients, client-size weights over every client (FedEM's paper "
+                     "and code)", (check,), LAST_EVAL, paper_cell, kind="fedavg_eval",
+                     run_file=f"fedpac/{check.split('/from_')[0]}.toml")]
+    return tuple(rows)
 
 
 def _one_component_clients(run: dict) -> tuple[int, int]:
@@ -1275,7 +1288,8 @@ def _one_component_clients(run: dict) -> tuple[int, int]:
 
 def _fedem_check_note() -> str:
     """The note of Table 4's FedEM diagnosis section: the two server steps, the command, and, for each column
-    whose check has finished, where it ends beside the cell and how its clients weigh the components."""
+    whose check has finished, where it ends beside the cell and how its clients weigh the components; then the
+    same for the FedEM-FT checks read from those runs."""
     text = ("FedEM's paper (Algorithm 2) and official code (`aggregator.py`, `CentralizedAggregator.mix`) make each "
             "component the n_i-weighted mean of every client's copy, a client that did not train this round "
             "holding the current components; the cell takes the participants' trained copies alone and weighs "
@@ -1285,25 +1299,35 @@ def _fedem_check_note() -> str:
             "100 clients by the participants' share, 0.3. The check rows run that step (`component_weights = "
             "\"client_size\"`), every other setting as their cells': "
             "`python benchmarks/paper/run_table.py fedpac/table4_fedem_check`.")
-    for clients, (cell_folder, setting, _) in FEDEM_CELLS.items():
-        cell, check = _finished_runs(cell_folder), _finished_runs(FEDEM_CHECK.format(clients=clients))
-        if not cell or not check:
-            text += f" With {clients} clients the check has no finished run yet."
+    for m, cells, check_folder in ((3, FEDEM_CELLS, FEDEM_CHECK), (5, FEDEM5_CELLS, FEDEM5_CHECK)):
+        for clients, (cell_folder, setting, _) in cells.items():
+            where = f"{clients} clients" if m == 3 else f"M = {m} and {clients} clients"
+            cell, check = _finished_runs(cell_folder), _finished_runs(check_folder.format(clients=clients))
+            if not cell or not check:
+                text += f" With {where} the check has no finished run yet."
+                continue
+            here = paper_numbers()[("FedPAC", "4", setting, f"FedEM (M={m})", "acc")]
+            ours, theirs = _mean_of_finals(cell), _mean_of_finals(check)
+            (one, of), (one_cell, of_cell) = _one_component_clients(check[0]), _one_component_clients(cell[0])
+            seeds, whose = "", "the cell"
+            if len(cell) > 1:  # the check runs seed 0 alone
+                seeds = f", over its {len(cell)} seeds; its seed 0: {cell[0]['final_accuracy']['mean']:.2f}"
+                whose = "the cell's seed 0"
+            text += (f" With {where} the check {_check_reading(theirs, ours, here, 'the server step')} (the "
+                     f"cell: {ours:.2f}, {ours - here:+.2f}{seeds}); in its last round {one} of its {of} clients "
+                     f"put at least 0.9 of their mixture weight on one component ({whose}: {one_cell} of {of_cell}).")
+    text += (" The FedEM-FT rows score a run after every client has fine-tuned the mixture (`finetune_epochs = 5`); "
+             "`run_table.py` reads the check's from its run once that has finished.")
+    for (m, clients), (cell_source, check_source, setting, _) in FEDEM_FT_CHECKS.items():
+        ft_cell, ft_check = _cell_number(cell_source), _cell_number(check_source)
+        paper_ft = paper_numbers()[("FedPAC", "4", setting, f"FedEM-FT (M={m})", "acc")]
+        where = f"FedEM-FT (M={m}) with {clients} clients"
+        if ft_check is None or ft_cell is None:
+            text += f" {where}: the check's has not been read yet."
             continue
-        here = paper_numbers()[("FedPAC", "4", setting, "FedEM (M=3)", "acc")]
-        ours, theirs = _mean_of_finals(cell), _mean_of_finals(check)
-        (one, of), (one_cell, of_cell) = _one_component_clients(check[0]), _one_component_clients(cell[0])
-        text += (f" With {clients} clients the check {_check_reading(theirs, ours, here, 'the server step')} (the "
-                 f"cell: {ours:.2f}, {ours - here:+.2f}); in its last round {one} of its {of} clients put at least "
-                 f"0.9 of their mixture weight on one component (the cell: {one_cell} of {of_cell}).")
-    ft_cell, ft_check = _cell_number(FEDEM_FT_CELL), _cell_number(FEDEM_FT_CHECK)
-    paper_ft = paper_numbers()[("FedPAC", "4", FMNIST100, "FedEM-FT (M=3)", "acc")]
-    text += (" The FedEM-FT (M=3) rows score each 100-client run after every client has fine-tuned the mixture "
-             "(`finetune_epochs = 5`); `run_table.py` reads the check's from its run once that has finished. ")
-    if ft_check is None or ft_cell is None:
-        return text + "The check's has not been read yet."
-    return text + (f"The check's {_check_reading(ft_check, ft_cell, paper_ft, 'the server step')} (the cell: "
-                   f"{ft_cell:.2f}, {ft_cell - paper_ft:+.2f}).")
+        text += (f" {where}: the check's {_check_reading(ft_check, ft_cell, paper_ft, 'the server step')} (the "
+                 f"cell: {ft_cell:.2f}, {ft_cell - paper_ft:+.2f}).")
+    return text
 
 
 FEDPAC_TABLE4 = Page(
@@ -1356,7 +1380,10 @@ FEDPAC_TABLE4 = Page(
                                    + (" " + _fedem_ft_note(5)).rstrip()),
         Section(FEDEM_CHECK_SECTION, _check_rows(
             "FedEM (M=3)", FEDEM_CELLS, "responsibility-mass weights (the cell)",
-            "client-size weights over every client (FedEM's paper and code)", FEDEM_CHECK) + _fedem_ft_check_rows(),
+            "client-size weights over every client (FedEM's paper and code)", FEDEM_CHECK) + _fedem_ft_check_rows(3)
+            + _check_rows("FedEM (M=5)", FEDEM5_CELLS, "responsibility-mass weights (the cell)",
+                          "client-size weights over every client (FedEM's paper and code)", FEDEM5_CHECK)
+            + _fedem_ft_check_rows(5),
             paper_rounds=200, counted=False, diagnosis=True,
             why_not="a diagnosis of the FedEM cells: the server's weights of the clients' trained components",
             note=_fedem_check_note()),

@@ -121,3 +121,38 @@ def test_the_committed_campaign_names_only_work_still_to_do():
     # every job line of the file was read and checked, however many are left
     lines = (REPO / "benchmarks" / "paper" / "campaign_h100.txt").read_text().splitlines()
     assert checked == len(jobs) == sum(1 for line in lines if line.strip() and not line.lstrip().startswith("#"))
+
+
+# Table 4's diagnosis run files (benchmarks/paper/fedpac/table4_*_check/), each beside the cell it diagnoses, and
+# the one setting it changes: the check must otherwise be the cell's run, or its page compares unlike runs.
+TABLE4_CHECKS = {
+    "table4_fedem_check/fedem__m_3__client_size_20clients": ("table1_fmnist/fedem__m_3", "component_weights"),
+    "table4_fedem_check/fedem__m_3__client_size_100clients": ("table1_fmnist_100clients/fedem__m_3",
+                                                              "component_weights"),
+    "table4_fedem_check/fedem_ft__m_3__client_size_100clients": ("table1_fmnist_100clients/fedem_ft__m_3",
+                                                                 "component_weights"),
+    "table4_fedem_check/fedem__m_5__client_size_20clients": ("table1_fmnist/fedem__m_5", "component_weights"),
+    "table4_fedem_check/fedem_ft__m_5__client_size_20clients": ("table1_fmnist/fedem_ft__m_5", "component_weights"),
+    "table4_scaffold_check/scaffold__momentum_corrected_20clients": ("table1_fmnist/scaffold",
+                                                                     "momentum_corrected_controls"),
+    "table4_scaffold_check/scaffold__momentum_corrected_100clients": ("table1_fmnist_100clients/scaffold",
+                                                                      "momentum_corrected_controls"),
+}
+
+
+def test_each_table4_check_is_its_cells_run_but_for_the_diagnosed_setting():
+    """Every run file of Table 4's diagnosis folders is listed here, runs seed 0 of its cell, and differs from
+    the cell's run file in the diagnosed ``[config]`` key alone (the key the cell leaves at its default may be
+    absent from the cell's file)."""
+    import tomllib
+
+    paper = REPO / "benchmarks" / "paper" / "fedpac"
+    on_disk = {f"{p.parent.name}/{p.stem}" for p in paper.glob("table4_*_check/*.toml")}
+    assert on_disk == set(TABLE4_CHECKS)
+    for check_name, (cell_name, key) in TABLE4_CHECKS.items():
+        check = tomllib.loads((paper / f"{check_name}.toml").read_text())
+        cell = tomllib.loads((paper / f"{cell_name}.toml").read_text())
+        assert check.pop("seeds") == [0] and 0 in cell.pop("seeds"), check_name
+        changed = check["config"].pop(key)
+        assert cell["config"].pop(key, None) != changed, check_name
+        assert check == cell, check_name

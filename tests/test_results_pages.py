@@ -2173,20 +2173,28 @@ def test_the_hypcluster_note_sets_the_seeds_that_lost_a_cluster_beside_those_tha
                          " from its k = 5.")
 
 
-def test_the_fedem_check_note_reads_fedem_ft_from_both_100_client_runs(monkeypatch):
-    """The FedEM diagnosis's FedEM-FT rows: the note waits for the check's evaluation, then reads it beside
-    the cell's FedEM-FT (M=3) and the paper's."""
+def test_the_fedem_check_note_reads_each_fedem_ft_check_beside_its_cell(monkeypatch):
+    """The FedEM diagnosis's FedEM-FT rows: the note waits for each check's evaluation, then reads it beside the
+    cell's FedEM-FT and the paper's, M = 3 with 100 clients first, then M = 5 with 20 clients."""
     gen = _generator()
-    here = paper_csv()[("FedPAC", "4", "FMNIST/100clients_frac0.3", "FedEM-FT (M=3)", "acc")]
-    numbers = {gen.FEDEM_FT_CELL: here - 0.58}
+    here3 = paper_csv()[("FedPAC", "4", "FMNIST/100clients_frac0.3", "FedEM-FT (M=3)", "acc")]
+    here5 = paper_csv()[("FedPAC", "4", "FMNIST/20clients_frac1.0", "FedEM-FT (M=5)", "acc")]
+    numbers = {gen.FEDEM_FT_CELL: here3 - 0.58, gen.FEDEM5_FT_CELL: here5 - 2.18}
     monkeypatch.setattr(gen, "_finished_runs", lambda cell: [])
     monkeypatch.setattr(gen, "_cell_number", numbers.get)
-    assert gen._fedem_check_note().endswith("reads the check's from its run once that has finished. The check's "
-                                            "has not been read yet.")
-    numbers[gen.FEDEM_FT_CHECK] = here - 2.0
     assert gen._fedem_check_note().endswith(
-        f"The check's ends at {here - 2.0:.2f}, -2.00 from the paper, further from it, so the server step is not "
-        f"the gap (the cell: {here - 0.58:.2f}, -0.58).")
+        "reads the check's from its run once that has finished. FedEM-FT (M=3) with 100 clients: the check's has "
+        "not been read yet. FedEM-FT (M=5) with 20 clients: the check's has not been read yet.")
+    numbers[gen.FEDEM_FT_CHECK] = here3 - 2.0
+    assert gen._fedem_check_note().endswith(
+        f"FedEM-FT (M=3) with 100 clients: the check's ends at {here3 - 2.0:.2f}, -2.00 from the paper, further "
+        f"from it, so the server step is not the gap (the cell: {here3 - 0.58:.2f}, -0.58). FedEM-FT (M=5) with 20 "
+        "clients: the check's has not been read yet.")
+    numbers[gen.FEDEM5_FT_CHECK] = here5 - 1.0
+    assert gen._fedem_check_note().endswith(
+        f"FedEM-FT (M=5) with 20 clients: the check's ends at {here5 - 1.0:.2f}, -1.00 from the paper, nearer to "
+        f"it and within the tolerance, so the server step accounts for part of the gap (the cell: "
+        f"{here5 - 2.18:.2f}, -2.18).")
 
 
 def test_the_fedem_check_note_reads_the_check_and_its_mixture_weights(monkeypatch):
@@ -2198,13 +2206,31 @@ def test_the_fedem_check_note_reads_the_check_and_its_mixture_weights(monkeypatc
                                           "last_round": {"pi": [[1.0, 0.0, 0.0], [0.05, 0.95, 0.0]]}}]}
     monkeypatch.setattr(gen, "_finished_runs", lambda cell: runs.get(cell, []))
     assert ("`python benchmarks/paper/run_table.py fedpac/table4_fedem_check`. With 20 clients the check has no "
-            "finished run yet. With 100 clients the check has no finished run yet.") in gen._fedem_check_note()
+            "finished run yet. With 100 clients the check has no finished run yet. With M = 5 and 20 clients the "
+            "check has no finished run yet. The FedEM-FT") in gen._fedem_check_note()
     runs[gen.FEDEM_CHECK.format(clients=20)] = [{"final_accuracy": {"mean": here + 0.5},
                                                  "last_round": {"pi": [[0.5, 0.3, 0.2], [0.1, 0.9, 0.0]]}}]
     assert (f" With 20 clients the check ends at {here + 0.5:.2f}, +0.50 from the paper, nearer to it and within "
             f"the tolerance, so the server step accounts for part of the gap (the cell: {here + 2.6:.2f}, +2.60); in "
             "its last round 1 of its 2 clients put at least 0.9 of their mixture weight on one component (the cell: "
-            "2 of 2). With 100 clients the check has no finished run yet. The FedEM-FT") in gen._fedem_check_note()
+            "2 of 2). With 100 clients the check has no finished run yet.") in gen._fedem_check_note()
+
+
+def test_the_fedem_check_note_reads_the_five_component_check_beside_the_cells_seeds(monkeypatch):
+    """The M = 5 column: its cell has three seeds and its check seed 0 alone, so the note gives the cell's mean
+    over its seeds and its seed 0, and counts the one-component clients of the cell's seed 0."""
+    gen = _generator()
+    here = paper_csv()[("FedPAC", "4", "FMNIST/20clients_frac1.0", "FedEM (M=5)", "acc")]
+    one_heavy = {"pi": [[0.95, 0.05, 0, 0, 0], [0.2, 0.2, 0.2, 0.2, 0.2]]}
+    spread = {"pi": [[0.5, 0.5, 0, 0, 0], [0.2, 0.2, 0.2, 0.2, 0.2]]}
+    runs = {"table1_fmnist/fedem__m_5": [{"final_accuracy": {"mean": here + m}, "last_round": one_heavy}
+                                         for m in (2.0, 3.0, 2.5)],
+            gen.FEDEM5_CHECK.format(clients=20): [{"final_accuracy": {"mean": here + 3.5}, "last_round": spread}]}
+    monkeypatch.setattr(gen, "_finished_runs", lambda cell: runs.get(cell, []))
+    assert (f" With M = 5 and 20 clients the check ends at {here + 3.5:.2f}, +3.50 from the paper, further from it, "
+            f"so the server step is not the gap (the cell: {here + 2.5:.2f}, +2.50, over its 3 seeds; its seed 0: "
+            f"{here + 2.0:.2f}); in its last round 0 of its 2 clients put at least 0.9 of their mixture weight on one "
+            "component (the cell's seed 0: 1 of 2). The FedEM-FT") in gen._fedem_check_note()
 
 
 def test_the_index_lists_every_diagnosis_row_as_its_page_shows_it():
