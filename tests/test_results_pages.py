@@ -2249,3 +2249,64 @@ def test_the_index_lists_every_diagnosis_row_as_its_page_shows_it():
                    for line in pages[slug].splitlines()), (slug, method)
     index = (REPO / "docs" / "results" / "README.md").read_text()
     assert "\n".join(gen.table(["run", "page", "section", "ours", "gap", "rounds"], rows)) in index
+
+
+def test_readings_count_their_measured_cells_and_list_the_cells_no_run_measured(monkeypatch):
+    """The README's "Readings left open": per reading, each measured cell's gap now -> the diagnosis run's, the
+    cells within 1.5 among the measured ones whose run finished, every counted cell of the method in the
+    reading's scope (measured or not), and the sum of the net gains of the readings that gain."""
+    from types import SimpleNamespace
+
+    gen = _generator()
+    cell_file, check_file = ("fedpac/table1_fmnist/scaffold.toml",
+                             "fedpac/table4_scaffold_check/scaffold__momentum_corrected_20clients.toml")
+
+    def cell(label, value, paper=90.0, run_file=cell_file, complete=True, seeds=1):
+        row = gen.Row(label, (), gen.FINAL, None, run_file=run_file)
+        return gen.Cell(row, "s1", [], "", "", values=[value] * seeds, paper=paper, complete=complete)
+
+    counted = gen.Section("C", (), paper_rounds=200)
+    check = gen.Section("D", (), paper_rounds=200, counted=False, diagnosis=True)
+    far, near, waiting = cell("SCAFFOLD a", 88.0, seeds=3), cell("SCAFFOLD b", 89.5), cell("SCAFFOLD c", 88.3)
+    unrelated = cell("FedAvg", 80.0, run_file="fedpac/table1_fmnist/fedavg.toml")
+    checks = [cell("a, read otherwise", 89.7, run_file=check_file), cell("b, read otherwise", 88.2,
+                                                                       run_file=check_file),
+              cell("c, read otherwise", 89.0, run_file=check_file, complete=False)]
+    elsewhere = cell("SCAFFOLD", 88.3, run_file="fedpac/table1_fmnist_100clients/scaffold.toml")
+    pages = [gen.RenderedPage(page=SimpleNamespace(slug="fedpac_demo"), text="",
+                              sections=[(counted, [far, near, waiting, unrelated]), (check, checks)]),
+             gen.RenderedPage(page=SimpleNamespace(slug="fedpac_other"), text="",
+                              sections=[(gen.Section("E", (), paper_rounds=200), [elsewhere])])]
+    reading = gen.Reading("SCAFFOLD read otherwise", "fedpac_demo", tuple(
+        ("C", f"SCAFFOLD {k}", "D", f"{k}, read otherwise") for k in "abc"), ("scaffold",))
+    monkeypatch.setattr(gen, "READINGS", (reading,))
+    (row,), gain = gen.reading_rows(pages)
+    assert row[:3] == ["SCAFFOLD read otherwise", "[fedpac_demo.md](fedpac_demo.md)",
+                       "`[config] momentum_corrected_controls = true`"]
+    assert row[3].split("<br>") == ["C, SCAFFOLD a: -2.00 → -0.30 (3 seeds → 1)", "C, SCAFFOLD b: -0.50 → -1.80",
+                                    "C, SCAFFOLD c: -1.70 → -1.00 (— / 200 rounds)"]
+    # one of the two finished checks within 1.5 before and after; the scope holds the four SCAFFOLD cells, one
+    # of them measured by no run
+    assert row[4:] == ["1 → 1", "4", "other, E, SCAFFOLD (-1.70)"] and gain == 0
+    checks[1].values = [89.0]  # the near cell stays near: a net gain of one
+    (row,), gain = gen.reading_rows(pages)
+    assert row[4] == "1 → 2" and gain == 1
+
+
+def test_every_reading_names_real_rows_in_its_own_scope():
+    """Each of ``READINGS`` pairs a counted cell of its page with a row of a diagnosis section there, the two
+    run files differ in some setting, and the counted cell is in the reading's scope (so it is among the cells
+    the reading changes, and the README's "not measured" leaves it out)."""
+    gen = _generator()
+    rendered = {r.page.slug: r for r in (gen.render_page(page, gen.paper_numbers()) for page in gen.PAGES)}
+    for reading in gen.READINGS:
+        sections = {section.title: (section, cells) for section, cells in rendered[reading.page].sections}
+        for cell_title, method, check_title, label in reading.pairs:
+            section, cells = sections[cell_title]
+            (cell,) = [c for c in cells if c.row.method == method]
+            assert gen.counted(cell, section), (reading.name, method)
+            assert sections[check_title][0].diagnosis, reading.name
+            (check,) = [c for c in sections[check_title][1] if c.row.method == label]
+            assert gen.setting_change(cell.row.run_file, check.row.run_file), (reading.name, label)
+            assert cell.row.run_file.startswith(reading.under), (reading.name, method)
+            assert not reading.methods or gen._run_file_method(cell.row.run_file) in reading.methods
