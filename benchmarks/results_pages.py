@@ -243,6 +243,11 @@ def _finished_runs(cell: str) -> list[dict]:
     return [r for r in runs if r.get("status") == "finished"]
 
 
+def _seed_run(cell: str, seed: int = 0) -> dict | None:
+    """One seed's finished run in a cell folder (:func:`_finished_runs`), else None."""
+    return next((run for run in _finished_runs(cell) if run.get("seed", 0) == seed), None)
+
+
 def _curve(run: dict) -> dict[int, float]:
     """Round -> mean personalised test accuracy (%) over the clients, at each evaluation of a results file."""
     return {e["round"]: 100 * statistics.fmean(e["accuracy"]) for e in run["personalized_history"]}
@@ -621,6 +626,46 @@ def _pfedme_check_note() -> str:
     return text + (" The second row" + comparison if comparison else "")
 
 
+FEDROD_BODY_SECTION = "Fed-RoD: what the personal loss trains"
+FEDROD_BODY_LABEL = "the personal loss trains the body too (FL-bench)"
+
+
+def _fedrod_body_check(folder: str, columns: tuple[tuple[str, str, tuple, str], ...]) -> Section:
+    """A diagnosis section that runs a page's Fed-RoD cells as Table 3's check does, the personal loss training
+    the shared body too. ``folder``: the check's table under ``benchmarks/paper/fedpac/``; ``columns``: one per
+    counted cell, (the rows' column words, e.g. ", 20 clients", or "" for a page of one column; the cell's
+    results folder of seed 0; the paper cell (paper, table, setting, method, metric); the check's run file stem in
+    ``folder``)."""
+    rows = []
+    for words, cell, paper_cell, check in columns:
+        rows += [Row(f"Fed-RoD{words}, the personal loss trains the personal head (the cell above, seed 0)",
+                     (cell,), FINAL, paper_cell),
+                 Row(f"Fed-RoD{words}, {FEDROD_BODY_LABEL}", (f"{folder}/{check}",), FINAL, paper_cell,
+                     run_file=f"fedpac/{folder}/{check}.toml")]
+
+    def note() -> str:
+        text = ("Table 3's check (`fedpac_table3.md`, \"" + FEDROD_BODY_SECTION + "\") brought its far cell within "
+                "the tolerance by letting Fed-RoD's personal loss train the shared body too, as FL-bench does "
+                "(`personal_loss_trains_body = true`, `docs/algorithms/fedrod.md`); the cell trains the personal "
+                "head alone with it. Adopting that rule would change this page's Fed-RoD cells too, which are near "
+                "the paper, so these rows run them that way, seed 0 and every other setting as the cell's: "
+                f"`python benchmarks/paper/run_table.py fedpac/{folder}`.")
+        for words, cell, paper_cell, check in columns:
+            run, ours = _seed_run(f"{folder}/{check}"), _seed_run(cell)
+            where = f"With {words.lstrip(', ')} the check" if words else "The check"
+            if ours is None:
+                continue
+            here = paper_numbers()[paper_cell]
+            reading = _check_reading(run and run["final_accuracy"]["mean"], ours["final_accuracy"]["mean"], here,
+                                     "what the personal loss trains")
+            text += f" {where} {reading} (the cell's seed 0: {ours['final_accuracy']['mean'] - here:+.2f})."
+        return text
+
+    return Section(FEDROD_BODY_SECTION, tuple(rows), paper_rounds=200, counted=False, diagnosis=True,
+                   why_not="a diagnosis of the Fed-RoD cells: what the personal loss trains, as Table 3's check",
+                   note=note())
+
+
 FEDPAC_TABLE1 = Page(
     slug="fedpac_table1",
     title="FedPAC, Table 1: Fashion-MNIST",
@@ -712,6 +757,11 @@ FEDPAC_TABLE1 = Page(
                  "(`knnper/from_fedavg.json`), it gives every client the same accuracy "
                  "(`tests/test_results_pages.py`)."
                  + "".join(" " + t for t in (_fedbabu_100_note(), _apfl_100_note(), _pfedme_100_note()) if t)),
+        _fedrod_body_check("table1_fedrod_check", (
+            (", 20 clients", "table1_fmnist/fed_rod", ("FedPAC", "1", FMNIST20, "Fed-RoD", "acc"),
+             "fedrod__personal_loss_trains_body_20clients"),
+            (", 100 clients", "table1_fmnist_100clients/fedrod/seed0", ("FedPAC", "1", FMNIST100, "Fed-RoD", "acc"),
+             "fedrod__personal_loss_trains_body_100clients"))),
     ),
 )
 
@@ -752,11 +802,6 @@ FEDPAC_TABLE2 = Page(
             why_not="the same runs as above, read at an earlier round"),
     ),
 )
-
-def _seed_run(cell: str, seed: int = 0) -> dict | None:
-    """One seed's finished run in a cell folder (:func:`_finished_runs`), else None."""
-    return next((run for run in _finished_runs(cell) if run.get("seed", 0) == seed), None)
-
 
 def _seed_final(cell: str, seed: int = 0) -> float:
     """One finished seed's final accuracy in a cell folder (:func:`_seed_run`)."""
@@ -1537,6 +1582,9 @@ FEDPAC_TABLE6 = Page(
                  "Table 4's FedEM-FT does (`python benchmarks/evaluate_variant.py fedpac/table6_fmnist fedem "
                  "fedem__finetune`, the run file `fedem__finetune.toml` beside `fedem.toml`); the training is the "
                  "same. Both rows are compared with the paper's Table 6 FedEM."),
+        _fedrod_body_check("table6_fedrod_check", (
+            ("", "table6_fmnist/fedrod", ("FedPAC", "6", T6_SETTING, "Fed-RoD", "acc"),
+             "fedrod__personal_loss_trains_body"),)),
     ),
 )
 
@@ -1800,6 +1848,9 @@ FEDPAC_TABLE10 = Page(
                  "of the rotated-MNIST benchmark (Ghifary et al., 2015), every other setting unchanged (run files "
                  f"`benchmarks/paper/fedpac/table10_fmnist/*__{T10_MILD}.toml`), to measure whether milder angles "
                  "leave Local-only where it is and move FedPAC. " + _t10_angles_note()),
+        _fedrod_body_check("table10_fedrod_check", (
+            ("", "table10_fmnist/fedrod", ("FedPAC", "10", T10_SETTING, "Fed-RoD", "acc"),
+             "fedrod__personal_loss_trains_body"),)),
     ),
 )
 
@@ -4061,16 +4112,15 @@ def diagnosis_rows(rendered: list[RenderedPage]) -> list[list[str]]:
 
 class Reading(NamedTuple):
     """Another reading of a rule or setting that the papers leave open or that the method's own code takes
-    otherwise, run by a diagnosis section of page ``page`` beside the counted cells it was measured for.
+    otherwise, run by diagnosis sections beside the counted cells it was measured for.
 
-    ``name``: what it reads, briefly. ``pairs``: (counted section, counted method, diagnosis section, diagnosis
-    row label) on that page, each a counted cell and the row that ran it the other way. ``methods`` and ``under``
-    pick every counted cell adopting the reading would change: those whose run file (under
-    ``benchmarks/paper/``) starts with ``under`` and names one of ``methods`` (its ``arm``, else its
-    ``algorithm``; empty: any method)."""
+    ``name``: what it reads, briefly. ``pairs``: (page, counted section, counted method, diagnosis section,
+    diagnosis row label), each a counted cell and the row of a diagnosis section of the same page that ran it the
+    other way. ``methods`` and ``under`` pick every counted cell adopting the reading would change: those whose
+    run file (under ``benchmarks/paper/``) starts with ``under`` and names one of ``methods`` (its ``arm``, else
+    its ``algorithm``; empty: any method)."""
     name: str
-    page: str
-    pairs: tuple[tuple[str, str, str, str], ...]
+    pairs: tuple[tuple[str, str, str, str, str], ...]
     methods: tuple[str, ...]
     under: str = ""
 
@@ -4082,42 +4132,47 @@ _PFEDME_ACC = "pFedMe under other settings: Acc"
 _T10_ANGLES = "FedPAC and Local-only at milder rotation angles"
 _BN_300 = "MNIST at the paper's 300 rounds: FedPer and FedRep with the encoder's BatchNorm kept local"
 READINGS = (
-    Reading("SCAFFOLD: control variates over the momentum step sum", "fedpac_table4", tuple(
-        (title, "SCAFFOLD", SCAFFOLD_CHECK_SECTION,
+    Reading("SCAFFOLD: control variates over the momentum step sum", tuple(
+        ("fedpac_table4", title, "SCAFFOLD", SCAFFOLD_CHECK_SECTION,
          f"SCAFFOLD, {n} clients, control variates over the momentum step sum")
         for title, n in ((_C20, 20), (_C100, 100))), ("scaffold",)),
-    Reading("Fed-RoD: the personal loss trains the body too (FL-bench)", "fedpac_table3", (
-        (_C20, "Fed-RoD", "Fed-RoD: what the personal loss trains",
-         "Fed-RoD, the personal loss trains the body too (FL-bench)"),), ("fedrod",)),
-    Reading("FedEM: " + _FEDEM_CS, "fedpac_table4", tuple(
-        (title, method, FEDEM_CHECK_SECTION, f"{method}, {n} clients, {_FEDEM_CS}")
+    Reading("Fed-RoD: " + FEDROD_BODY_LABEL, (
+        ("fedpac_table3", _C20, "Fed-RoD", FEDROD_CHECK_SECTION, f"Fed-RoD, {FEDROD_BODY_LABEL}"),
+        ("fedpac_table1", _C20, "Fed-RoD", FEDROD_BODY_SECTION, f"Fed-RoD, 20 clients, {FEDROD_BODY_LABEL}"),
+        ("fedpac_table1", _C100, "Fed-RoD", FEDROD_BODY_SECTION, f"Fed-RoD, 100 clients, {FEDROD_BODY_LABEL}"),
+        ("fedpac_table6", _C20, "Fed-RoD", FEDROD_BODY_SECTION, f"Fed-RoD, {FEDROD_BODY_LABEL}"),
+        ("fedpac_table10", _C20, "Fed-RoD", FEDROD_BODY_SECTION, f"Fed-RoD, {FEDROD_BODY_LABEL}")), ("fedrod",)),
+    Reading("FedEM: " + _FEDEM_CS, tuple(
+        ("fedpac_table4", title, method, FEDEM_CHECK_SECTION, f"{method}, {n} clients, {_FEDEM_CS}")
         for title, n, method in ((_C20, 20, "FedEM (M=3)"), (_C100, 100, "FedEM (M=3)"),
                                  (_C100, 100, "FedEM-FT (M=3)"), (_C20, 20, "FedEM (M=5)"),
                                  (_C20, 20, "FedEM-FT (M=5)"))), ("fedem",)),
-    Reading("FedEM in Table 6 scored as Table 4's FedEM-FT", "fedpac_table6", (
-        (_C20, "FedEM", "FedEM scored as FedEM-FT",
+    Reading("FedEM in Table 6 scored as Table 4's FedEM-FT", (
+        ("fedpac_table6", _C20, "FedEM", "FedEM scored as FedEM-FT",
          "FedEM, each client fine-tuning the mixture for 5 epochs (Table 4's FedEM-FT)"),), ("fedem",),
         "fedpac/table6_fmnist/"),
-    Reading("APFL: alpha on the personal model 0.75", "fedpac_table1", (
-        (_C20, "APFL", "APFL: which model alpha weighs", "APFL, alpha 0.75 on the personal model"),), ("apfl",)),
-    Reading("APFL: outputs mixed (the official code)", "fedpac_table1", (
-        (_C20, "APFL", "APFL: mixing outputs, as the official code does", "APFL, outputs mixed (the official code)"),),
+    Reading("APFL: alpha on the personal model 0.75", (
+        ("fedpac_table1", _C20, "APFL", "APFL: which model alpha weighs", "APFL, alpha 0.75 on the personal model"),),
         ("apfl",)),
-    Reading("pFedMe: personal lr 0.1 (pFedMe's own code)", "fedpac_table1", (
-        (_C20, "pFedMe", "pFedMe: the inner problem's step", "pFedMe, personal lr 0.1 (pFedMe's own code)"),),
-        ("pfedme",), "fedpac/"),
-    *(Reading(f"FedBABU: {how}", "fedpac_table10", (
-        (_C20, "FedBABU", "FedBABU: how its clients fine-tune", f"FedBABU, {how}"),), ("fedbabu",), "fedpac/")
+    Reading("APFL: outputs mixed (the official code)", (
+        ("fedpac_table1", _C20, "APFL", "APFL: mixing outputs, as the official code does",
+         "APFL, outputs mixed (the official code)"),), ("apfl",)),
+    Reading("pFedMe: personal lr 0.1 (pFedMe's own code)", (
+        ("fedpac_table1", _C20, "pFedMe", "pFedMe: the inner problem's step",
+         "pFedMe, personal lr 0.1 (pFedMe's own code)"),), ("pfedme",), "fedpac/"),
+    *(Reading(f"FedBABU: {how}", (
+        ("fedpac_table10", _C20, "FedBABU", "FedBABU: how its clients fine-tune", f"FedBABU, {how}"),), ("fedbabu",),
+        "fedpac/")
       for how in ("head only, 5 epochs", "whole model, 1 epoch", "whole model, 10 epochs")),
-    Reading("Table 10: rotation angles 0, 15, 30, 45, 60", "fedpac_table10", tuple(
-        (_C20, method, _T10_ANGLES, f"{method}, angles 0, 15, 30, 45, 60") for method in ("Local-only", "FedPAC")),
-        (), "fedpac/table10_fmnist/"),
-    *(Reading(f"pFedMe in FedCollab's setting: {how}", "fedcollab_table1", (
-        ("Acc", "pFedMe", _PFEDME_ACC, f"pFedMe, {how}"),), ("pfedme",), "fedcollab/")
+    Reading("Table 10: rotation angles 0, 15, 30, 45, 60", tuple(
+        ("fedpac_table10", _C20, method, _T10_ANGLES, f"{method}, angles 0, 15, 30, 45, 60")
+        for method in ("Local-only", "FedPAC")), (), "fedpac/table10_fmnist/"),
+    *(Reading(f"pFedMe in FedCollab's setting: {how}", (
+        ("fedcollab_table1", "Acc", "pFedMe", _PFEDME_ACC, f"pFedMe, {how}"),), ("pfedme",), "fedcollab/")
       for how in ("personal lr 0.01", "personal lr 0.03", "personal lr 0.05",
                   "lambda 15 (pFedMe's own default), personal lr 0.01")),
-    Reading("FedPick's FedPer and FedRep: the encoder's BatchNorm kept local", "fedpick_table2", tuple(
-        ("MNIST, the paper's 300 rounds", method, _BN_300, f"{method}, encoder BN local")
+    Reading("FedPick's FedPer and FedRep: the encoder's BatchNorm kept local", tuple(
+        ("fedpick_table2", "MNIST, the paper's 300 rounds", method, _BN_300, f"{method}, encoder BN local")
         for method in ("FedPer", "FedRep")), ("fedper", "fedrep"), "fedpick/"),
 )
 
@@ -4160,7 +4215,7 @@ def _cell_where(page: str, section: str, cell: Cell) -> str:
 
 
 def reading_rows(rendered: list[RenderedPage]) -> tuple[list[list[str]], int]:
-    """One row per :data:`READINGS` entry: the reading, its page, the run-file setting it changes, each measured
+    """One row per :data:`READINGS` entry: the reading, its pages, the run-file setting it changes, each measured
     counted cell's gap now and with the reading, how many of those measured cells are within ``FAR`` now and
     with it, and the counted cells it would change that no run measured. Returns the rows and the sum of the
     readings' net gains in cells within ``FAR`` over their measured cells, those with a net gain only."""
@@ -4169,17 +4224,18 @@ def reading_rows(rendered: list[RenderedPage]) -> tuple[list[list[str]], int]:
                      for c in cells if counted(c, section)]
     rows, gains = [], 0
     for reading in READINGS:
-        if reading.page not in pages:  # a README over some pages only
+        on = [pair for pair in reading.pairs if pair[0] in pages]  # a README over some pages only
+        if not on:
             continue
-        sections = {section.title: (section, cells) for section, cells in pages[reading.page].sections}
         measured, ids, before, after, setting = [], set(), 0, 0, ""
-        for cell_title, method, check_title, label in reading.pairs:
+        for slug, cell_title, method, check_title, label in on:
+            sections = {section.title: (section, cells) for section, cells in pages[slug].sections}
             section, cells = sections[cell_title]
             cell = next(c for c in cells if c.row.method == method and counted(c, section))
             check = next(c for c in sections[check_title][1] if c.row.method == label)
             ids.add(id(cell))
             setting = setting or setting_change(cell.row.run_file, check.row.run_file)
-            where = f"{cell_title}, {method}: {cell.gap:+.2f}"
+            where = f"{_cell_where(slug, cell_title, cell)}: {cell.gap:+.2f}"
             if check.gap is None:
                 measured.append(f"{where} → not finished")
                 continue
@@ -4199,7 +4255,9 @@ def reading_rows(rendered: list[RenderedPage]) -> tuple[list[list[str]], int]:
         unmeasured = [f"{_cell_where(slug, section.title, c)} ({c.gap:+.2f})"
                       for slug, section, c in changed if id(c) not in ids]
         gains += max(after - before, 0)
-        rows.append([reading.name, f"[{reading.page}.md]({reading.page}.md)", f"`{setting}`" if setting else DASH,
+        slugs = dict.fromkeys(slug for slug, *_ in on)
+        rows.append([reading.name, ", ".join(f"[{slug}.md]({slug}.md)" for slug in slugs),
+                     f"`{setting}`" if setting else DASH,
                      "<br>".join(measured), f"{before} → {after}", str(len(changed)),
                      "<br>".join(unmeasured) or "none"])
     return rows, gains
@@ -4272,7 +4330,7 @@ def render_readme(rendered: list[RenderedPage]) -> str:
                 f"the scoreboard would count {within + gain} of {total['cells']} cells within {FAR} points "
                 f"({100 * (within + gain) / total['cells']:.1f} %) instead of {within}, if every cell no run measured "
                 "kept its gap, which nothing here tests.", ""]
-        out += table(["reading", "page", "setting", "measured: gap now → with the reading", f"within {FAR}",
+        out += table(["reading", "pages", "setting", "measured: gap now → with the reading", f"within {FAR}",
                       "cells it changes", "not measured"], readings)
     out += ["", "## Cells not run yet", "",
             "Cells of these pages with no results file yet, and an estimate of their CPU time, all seeds "

@@ -123,9 +123,10 @@ def test_the_committed_campaign_names_only_work_still_to_do():
     assert checked == len(jobs) == sum(1 for line in lines if line.strip() and not line.lstrip().startswith("#"))
 
 
-# Table 4's diagnosis run files (benchmarks/paper/fedpac/table4_*_check/), each beside the cell it diagnoses, and
-# the one setting it changes: the check must otherwise be the cell's run, or its page compares unlike runs.
-TABLE4_CHECKS = {
+# The diagnosis run files of Table 4 and of Fed-RoD (benchmarks/paper/fedpac/table4_*_check/, *_fedrod_check/),
+# each beside the cell it diagnoses and the one setting it changes: the check must otherwise be the cell's run, or
+# its page compares unlike runs.
+ONE_SETTING_CHECKS = {
     "table4_fedem_check/fedem__m_3__client_size_20clients": ("table1_fmnist/fedem__m_3", "component_weights"),
     "table4_fedem_check/fedem__m_3__client_size_100clients": ("table1_fmnist_100clients/fedem__m_3",
                                                               "component_weights"),
@@ -137,19 +138,27 @@ TABLE4_CHECKS = {
                                                                      "momentum_corrected_controls"),
     "table4_scaffold_check/scaffold__momentum_corrected_100clients": ("table1_fmnist_100clients/scaffold",
                                                                       "momentum_corrected_controls"),
+    "table3_fedrod_check/fedrod__personal_loss_trains_body": ("table3_fmnist/fedrod", "personal_loss_trains_body"),
+    "table1_fedrod_check/fedrod__personal_loss_trains_body_20clients": ("table1_fmnist/fed_rod",
+                                                                        "personal_loss_trains_body"),
+    "table1_fedrod_check/fedrod__personal_loss_trains_body_100clients": ("table1_fmnist_100clients/fedrod",
+                                                                         "personal_loss_trains_body"),
+    "table6_fedrod_check/fedrod__personal_loss_trains_body": ("table6_fmnist/fedrod", "personal_loss_trains_body"),
+    "table10_fedrod_check/fedrod__personal_loss_trains_body": ("table10_fmnist/fedrod", "personal_loss_trains_body"),
 }
 
 
-def test_each_table4_check_is_its_cells_run_but_for_the_diagnosed_setting():
-    """Every run file of Table 4's diagnosis folders is listed here, runs seed 0 of its cell, and differs from
-    the cell's run file in the diagnosed ``[config]`` key alone (the key the cell leaves at its default may be
-    absent from the cell's file)."""
+def test_each_one_setting_check_is_its_cells_run_but_for_the_diagnosed_setting():
+    """Every run file of Table 4's and Fed-RoD's diagnosis folders is listed here, runs seed 0 of its cell, and
+    differs from the cell's run file in the diagnosed ``[config]`` key alone (the key the cell leaves at its
+    default may be absent from the cell's file)."""
     import tomllib
 
     paper = REPO / "benchmarks" / "paper" / "fedpac"
-    on_disk = {f"{p.parent.name}/{p.stem}" for p in paper.glob("table4_*_check/*.toml")}
-    assert on_disk == set(TABLE4_CHECKS)
-    for check_name, (cell_name, key) in TABLE4_CHECKS.items():
+    on_disk = {f"{p.parent.name}/{p.stem}" for pattern in ("table4_*_check/*.toml", "*_fedrod_check/*.toml")
+               for p in paper.glob(pattern)}
+    assert on_disk == set(ONE_SETTING_CHECKS)
+    for check_name, (cell_name, key) in ONE_SETTING_CHECKS.items():
         check = tomllib.loads((paper / f"{check_name}.toml").read_text())
         cell = tomllib.loads((paper / f"{cell_name}.toml").read_text())
         assert check.pop("seeds") == [0] and 0 in cell.pop("seeds"), check_name

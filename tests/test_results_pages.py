@@ -2277,14 +2277,15 @@ def test_readings_count_their_measured_cells_and_list_the_cells_no_run_measured(
                               sections=[(counted, [far, near, waiting, unrelated]), (check, checks)]),
              gen.RenderedPage(page=SimpleNamespace(slug="fedpac_other"), text="",
                               sections=[(gen.Section("E", (), paper_rounds=200), [elsewhere])])]
-    reading = gen.Reading("SCAFFOLD read otherwise", "fedpac_demo", tuple(
-        ("C", f"SCAFFOLD {k}", "D", f"{k}, read otherwise") for k in "abc"), ("scaffold",))
+    reading = gen.Reading("SCAFFOLD read otherwise", tuple(
+        ("fedpac_demo", "C", f"SCAFFOLD {k}", "D", f"{k}, read otherwise") for k in "abc"), ("scaffold",))
     monkeypatch.setattr(gen, "READINGS", (reading,))
     (row,), gain = gen.reading_rows(pages)
     assert row[:3] == ["SCAFFOLD read otherwise", "[fedpac_demo.md](fedpac_demo.md)",
                        "`[config] momentum_corrected_controls = true`"]
-    assert row[3].split("<br>") == ["C, SCAFFOLD a: -2.00 → -0.30 (3 seeds → 1)", "C, SCAFFOLD b: -0.50 → -1.80",
-                                    "C, SCAFFOLD c: -1.70 → -1.00 (— / 200 rounds)"]
+    assert row[3].split("<br>") == ["demo, C, SCAFFOLD a: -2.00 → -0.30 (3 seeds → 1)",
+                                    "demo, C, SCAFFOLD b: -0.50 → -1.80",
+                                    "demo, C, SCAFFOLD c: -1.70 → -1.00 (— / 200 rounds)"]
     # one of the two finished checks within 1.5 before and after; the scope holds the four SCAFFOLD cells, one
     # of them measured by no run
     assert row[4:] == ["1 → 1", "4", "other, E, SCAFFOLD (-1.70)"] and gain == 0
@@ -2294,14 +2295,14 @@ def test_readings_count_their_measured_cells_and_list_the_cells_no_run_measured(
 
 
 def test_every_reading_names_real_rows_in_its_own_scope():
-    """Each of ``READINGS`` pairs a counted cell of its page with a row of a diagnosis section there, the two
+    """Each of ``READINGS`` pairs counted cells with rows of a diagnosis section on the same page, the two
     run files differ in some setting, and the counted cell is in the reading's scope (so it is among the cells
     the reading changes, and the README's "not measured" leaves it out)."""
     gen = _generator()
     rendered = {r.page.slug: r for r in (gen.render_page(page, gen.paper_numbers()) for page in gen.PAGES)}
     for reading in gen.READINGS:
-        sections = {section.title: (section, cells) for section, cells in rendered[reading.page].sections}
-        for cell_title, method, check_title, label in reading.pairs:
+        for page, cell_title, method, check_title, label in reading.pairs:
+            sections = {section.title: (section, cells) for section, cells in rendered[page].sections}
             section, cells = sections[cell_title]
             (cell,) = [c for c in cells if c.row.method == method]
             assert gen.counted(cell, section), (reading.name, method)
