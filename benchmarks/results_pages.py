@@ -644,11 +644,11 @@ def _fedrod_body_check(folder: str, columns: tuple[tuple[str, str, tuple, str], 
                      run_file=f"fedpac/{folder}/{check}.toml")]
 
     def note() -> str:
-        text = ("Table 3's check (`fedpac_table3.md`, \"" + FEDROD_BODY_SECTION + "\") brought its far cell within "
-                "the tolerance by letting Fed-RoD's personal loss train the shared body too, as FL-bench does "
-                "(`personal_loss_trains_body = true`, `docs/algorithms/fedrod.md`); the cell trains the personal "
-                "head alone with it. Adopting that rule would change this page's Fed-RoD cells too, which are near "
-                "the paper, so these rows run them that way, seed 0 and every other setting as the cell's: "
+        text = ("Table 3's check (`fedpac_table3.md`, \"" + FEDROD_BODY_SECTION + "\") diagnoses that table's far "
+                "Fed-RoD cell by letting the personal loss train the shared body too, as FL-bench does "
+                "(`personal_loss_trains_body = true`, `docs/algorithms/fedrod.md`); the cells train the personal "
+                "head alone with it. Adopting that rule would change this page's Fed-RoD cells too, so these rows "
+                "run them that way, seed 0 and every other setting as the cell's: "
                 f"`python benchmarks/paper/run_table.py fedpac/{folder}`.")
         for words, cell, paper_cell, check in columns:
             run, ours = _seed_run(f"{folder}/{check}"), _seed_run(cell)
