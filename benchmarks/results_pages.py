@@ -4177,6 +4177,7 @@ READINGS = (
 )
 
 
+@functools.cache  # every reading asks it of every counted cell: parse each run file once
 def _run_file_method(run_file: str) -> str:
     """The method a run file (under ``benchmarks/paper/``) runs: its FedPick benchmark ``arm``, else its
     ``algorithm``."""
